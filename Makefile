@@ -1,0 +1,43 @@
+# burstguard — the two commands a new user runs: `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+ENGINE ?= emulator
+
+.PHONY: demo test lint bench venv system-deps clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+# Debian packages the tests need (headless Chromium for the report test). Root only; skipped
+# when already present.
+system-deps:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing chromium (Debian) for the report rendering test"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+	      || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); \
+	  else echo "chromium missing and not root: browser tests will be skipped"; fi; \
+	fi
+
+demo: venv
+	$(BIN)/burstguard analyze examples/traces/azure2023_code.csv --plot reports/azure_code.png
+	@echo "plot written to reports/azure_code.png"
+
+test: venv system-deps
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/pytest -q
+
+lint: venv
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) reports runs .pytest_cache .ruff_cache

@@ -1,0 +1,57 @@
+"""The `burstguard` command. Each area registers its own subcommands from its `cli` module."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from burstguard.errors import UserError
+
+app = typer.Typer(
+    name="burstguard",
+    help="Reproduce, absorb, plan for and guard against bursty LLM traffic.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Reproduce, absorb, plan for and guard against bursty LLM traffic."""
+
+
+@app.command()
+def version() -> None:
+    """Print burstguard's version."""
+    from burstguard import __version__
+
+    print(__version__)
+
+
+def _register_all() -> None:
+    from burstguard.bench import cli as bench_cli
+    from burstguard.emulator import cli as emulator_cli
+    from burstguard.gateway import cli as gateway_cli
+    from burstguard.sim import cli as sim_cli
+    from burstguard.workload import cli as workload_cli
+
+    for module in (workload_cli, emulator_cli, sim_cli, bench_cli, gateway_cli):
+        module.register(app)
+
+
+_register_all()
+
+
+def main() -> None:
+    """Entry point: user errors become one line on stderr and exit code 2."""
+    try:
+        app()
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,7 @@
+"""CLI commands of burstguard.gateway."""
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Adds this area's commands to the burstguard app."""
