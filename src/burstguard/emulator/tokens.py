@@ -1,0 +1,73 @@
+"""burstguard's one prompt-token counting rule, shared by the emulator, bench and workload.
+
+Real tokenizers are model-specific and cost a download; burstguard needs a rule that is
+cheap, deterministic and the same everywhere, so that a prompt the bench synthesises to
+N tokens is counted as N tokens by the emulator. The rule: a text of `c` characters is
+`ceil(c / 4)` tokens (the usual ~4 characters per token of English BPE vocabularies).
+A chat prompt adds a fixed overhead per message (role and delimiters, as chat templates
+do) and once for the reply header. `filler_text(n)` is the inverse: a text of exactly
+`n` tokens under this rule; the emulator's generated tokens are such 4-character pieces,
+so `count_tokens(output) == completion_tokens`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+CHARS_PER_TOKEN = 4
+CHAT_TOKENS_PER_MESSAGE = 4
+"""Role and delimiters around each chat message (as `<|im_start|>role\\n ... <|im_end|>`)."""
+CHAT_REPLY_TOKENS = 3
+"""The assistant header a chat template appends after the last message."""
+
+FILLER_PIECES: tuple[str, ...] = (
+    " the", " and", " for", " you", " are", " was", " not", " but", " all", " can",
+    " her", " one", " our", " out", " day", " get", " has", " him", " his", " how",
+    " man", " new", " now", " old", " see", " two", " way", " who", " boy", " did",
+    " its", " let",
+)
+"""Output token texts: each exactly one token under the rule, plain ASCII, JSON-safe."""
+
+
+def count_tokens(text: str) -> int:
+    """Tokens in `text`: ceil(characters / 4); the empty text is 0 tokens."""
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def _content_text(content: Any) -> str:
+    """The text of a chat message's content: a string or OpenAI content parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for part in content:
+        if isinstance(part, Mapping):
+            text = part.get("text")
+            if isinstance(text, str):
+                parts.append(text)
+        elif isinstance(part, str):
+            parts.append(part)
+    return "".join(parts)
+
+
+def count_chat_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
+    """Prompt tokens of a chat request: contents plus per-message and reply overhead."""
+    total = CHAT_REPLY_TOKENS
+    for message in messages:
+        total += CHAT_TOKENS_PER_MESSAGE + count_tokens(_content_text(message.get("content")))
+    return total
+
+
+def filler_text(n_tokens: int) -> str:
+    """A text that `count_tokens` counts as exactly `n_tokens` (for synthetic prompts)."""
+    if n_tokens <= 0:
+        return ""
+    pieces = len(FILLER_PIECES)
+    return "".join(FILLER_PIECES[i % pieces] for i in range(n_tokens))
+
+
+def chat_content_for(target_prompt_tokens: int) -> str:
+    """Content of a single user message whose chat prompt has `target_prompt_tokens`."""
+    return filler_text(target_prompt_tokens - CHAT_TOKENS_PER_MESSAGE - CHAT_REPLY_TOKENS)
