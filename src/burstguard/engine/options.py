@@ -1,0 +1,83 @@
+"""`engine_options`: the vLLM-named engine flags, written once for `emulate` and `sim`.
+
+The decorator rewrites the command's `__signature__` so typer sees the flags, and calls
+the command with `profile: Profile` and `engine_config: EngineConfig` instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+
+from burstguard.engine.config import SCHEDULING_POLICIES, EngineConfig
+from burstguard.engine.profile import Profile, list_profiles
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_PANEL = "Engine (vLLM flags)"
+
+
+def _option_params() -> list[inspect.Parameter]:
+    defaults = EngineConfig()
+
+    def opt(name: str, annotation: Any, default: Any, *decls: str, help: str) -> inspect.Parameter:
+        return inspect.Parameter(
+            name,
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=annotation,
+            default=typer.Option(default, *decls, help=help, rich_help_panel=_PANEL),
+        )
+
+    return [
+        opt("engine_profile", str, "llama3-8b-h100", "--profile",
+            help=f"hardware+model profile: {', '.join(list_profiles())}, or a YAML path"),
+        opt("max_num_seqs", int, defaults.max_num_seqs, "--max-num-seqs",
+            help="most requests running at once"),
+        opt("max_num_batched_tokens", int, defaults.max_num_batched_tokens,
+            "--max-num-batched-tokens", help="token budget of one step"),
+        opt("max_model_len", int | None, None, "--max-model-len",
+            help="longest prompt + output (default: the profile's model)"),
+        opt("gpu_memory_utilization", float, defaults.gpu_memory_utilization,
+            "--gpu-memory-utilization", help="share of GPU memory for weights + KV cache"),
+        opt("enable_chunked_prefill", bool, defaults.enable_chunked_prefill,
+            "--enable-chunked-prefill/--no-enable-chunked-prefill",
+            help="split long prefills across steps, decodes first"),
+        opt("scheduling_policy", str, defaults.scheduling_policy, "--scheduling-policy",
+            help=f"{' | '.join(SCHEDULING_POLICIES)} (priority: lower value first)"),
+        opt("enable_prefix_caching", bool, defaults.enable_prefix_caching,
+            "--enable-prefix-caching/--no-enable-prefix-caching",
+            help="reuse cached KV blocks of shared prompt prefixes"),
+    ]
+
+
+def engine_options(func: F) -> F:
+    """Adds the engine flags to a typer command that takes `profile` and `engine_config`."""
+    sig = inspect.signature(func, eval_str=True)
+    for needed in ("profile", "engine_config"):
+        if needed not in sig.parameters:
+            raise TypeError(f"{func.__name__} must accept a `{needed}` parameter")
+    kept = [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+        for p in sig.parameters.values()
+        if p.name not in ("profile", "engine_config")
+    ]
+    added = _option_params()
+    names = [p.name for p in added]
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        values = {name: kwargs.pop(name) for name in names}
+        profile = Profile.load(values.pop("engine_profile"))
+        config = EngineConfig(**values)
+        return func(*args, profile=profile, engine_config=config, **kwargs)
+
+    params = kept + added
+    wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    if sig.return_annotation is not inspect.Signature.empty:
+        wrapper.__annotations__["return"] = sig.return_annotation
+    return wrapper  # type: ignore[return-value]

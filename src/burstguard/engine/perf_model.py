@@ -1,0 +1,91 @@
+"""Step-time models: how long one engine step takes, given what the batch holds.
+
+Two kinds, both data-driven (figures live in profile YAML files, not here):
+
+- `RooflineModel`: step = overhead + max(memory time, compute time). Memory: the weights
+  are read once per step, plus the KV bytes of every context token attended to and every
+  token written. Compute: 2 * params FLOPs per token processed plus the attention term
+  4 * layers * (heads * head_dim) per (query token, context token) pair.
+- `FittedModel`: a linear fit to measured step times (what `burstguard calibrate` writes):
+  step = c0 + c_prefill_token * prefill_tokens + c_decode_seq * decode_seqs
+         + c_context_token * context_tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class BatchShape:
+    """What a step computes, summed over its requests.
+
+    prefill_tokens: tokens of prompt (or recompute) chunks; decode_seqs: requests that
+    compute exactly their one newest token; context_tokens: KV tokens already cached that
+    the step's attention reads; attention_pairs: (query, key) pairs of all attention.
+    """
+
+    prefill_tokens: int
+    decode_seqs: int
+    context_tokens: int
+    attention_pairs: int
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prefill_tokens + self.decode_seqs
+
+
+class PerfModel(Protocol):
+    def step_time(self, batch: BatchShape) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RooflineModel:
+    """Roofline step time from model shape and hardware peaks, derated by efficiencies."""
+
+    params: float
+    weight_bytes: float
+    kv_bytes_per_token: float
+    attention_flops_per_pair: float
+    mem_bandwidth_bytes_s: float
+    peak_flops: float
+    mem_efficiency: float
+    compute_efficiency: float
+    step_overhead_s: float
+
+    def memory_time(self, batch: BatchShape) -> float:
+        kv_bytes = self.kv_bytes_per_token * (batch.context_tokens + batch.num_tokens)
+        return (self.weight_bytes + kv_bytes) / (self.mem_bandwidth_bytes_s * self.mem_efficiency)
+
+    def compute_time(self, batch: BatchShape) -> float:
+        flops = (
+            2.0 * self.params * batch.num_tokens
+            + self.attention_flops_per_pair * batch.attention_pairs
+        )
+        return flops / (self.peak_flops * self.compute_efficiency)
+
+    def step_time(self, batch: BatchShape) -> float:
+        if batch.num_tokens == 0:
+            return 0.0
+        return self.step_overhead_s + max(self.memory_time(batch), self.compute_time(batch))
+
+
+@dataclass(frozen=True, slots=True)
+class FittedModel:
+    """Linear step-time model fitted from measurements (seconds per unit)."""
+
+    c0_s: float
+    c_prefill_token_s: float
+    c_decode_seq_s: float
+    c_context_token_s: float
+
+    def step_time(self, batch: BatchShape) -> float:
+        if batch.num_tokens == 0:
+            return 0.0
+        return (
+            self.c0_s
+            + self.c_prefill_token_s * batch.prefill_tokens
+            + self.c_decode_seq_s * batch.decode_seqs
+            + self.c_context_token_s * batch.context_tokens
+        )
