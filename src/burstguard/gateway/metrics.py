@@ -1,0 +1,181 @@
+"""The gateway's Prometheus metrics (/metrics).
+
+`llm_request_queue_depth` and `llm_request_total` carry the names a KEDA ScaledObject
+queries (the seed's example); everything else is `burstguard_*`. Counters and histograms
+are updated as events happen; gauges (queue, in-flight, caps, backend state) are read from
+a snapshot at scrape time, so they can never drift from the core's own state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OUTCOMES = ("completed", "rejected", "cancelled", "failed")
+"""Every accepted or refused request ends in exactly one of these."""
+
+_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+_TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60)
+
+
+class ArrivalWindows:
+    """Arrival counts per second over the last `horizon_s`: rates and burst indexes.
+
+    The burst index of a bin size is peak / mean of the arrivals per bin over the complete
+    bins of the horizon (1 = perfectly even; the seed calls > 5 a bursty service).
+    """
+
+    def __init__(self, horizon_s: int = 60) -> None:
+        self.horizon_s = horizon_s
+        self._bins: deque[list[int]] = deque()  # [second, count], oldest first
+
+    def add(self, now: float) -> None:
+        sec = math.floor(now)
+        if self._bins and self._bins[-1][0] == sec:
+            self._bins[-1][1] += 1
+        else:
+            self._bins.append([sec, 1])
+        self._trim(sec)
+
+    def _trim(self, sec: int) -> None:
+        while self._bins and self._bins[0][0] <= sec - self.horizon_s:
+            self._bins.popleft()
+
+    def _counts(self, now: float, span_s: int) -> list[int]:
+        """Arrivals in each of the last `span_s` complete seconds before `now`."""
+        end = math.floor(now)
+        counts = dict((s, c) for s, c in self._bins if end - span_s <= s < end)
+        return [counts.get(s, 0) for s in range(end - span_s, end)]
+
+    def rate(self, now: float, window_s: int) -> float:
+        """Mean arrivals per second over the last `window_s` complete seconds."""
+        return sum(self._counts(now, window_s)) / window_s
+
+    def burst_index(self, now: float, bin_s: int) -> float:
+        per_sec = self._counts(now, self.horizon_s - self.horizon_s % bin_s)
+        bins = [sum(per_sec[i : i + bin_s]) for i in range(0, len(per_sec), bin_s)]
+        mean = sum(bins) / len(bins) if bins else 0.0
+        return max(bins) / mean if mean > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class GaugeSnapshot:
+    """What the gauges show, taken from the core and the backend poller at scrape time."""
+
+    queue_depth: Mapping[str, int]
+    queue_tokens: int
+    in_flight: int
+    in_flight_tokens: int
+    in_flight_cap: int | None = None
+    in_flight_tokens_cap: int | None = None
+    service_rate: float | None = None
+    backend_waiting: float | None = None
+    backend_running: float | None = None
+    backend_kv_usage: float | None = None
+    backend_up: bool = True
+    extra: Mapping[str, float] = field(default_factory=dict)
+
+
+class _SnapshotCollector(Collector):
+    def __init__(self, snapshot: Callable[[], GaugeSnapshot], windows: ArrivalWindows,
+                 clock: Callable[[], float]) -> None:
+        self._snapshot = snapshot
+        self._windows = windows
+        self._clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._snapshot()
+        depth = GaugeMetricFamily(
+            "llm_request_queue_depth", "Requests waiting in the gateway queue", labels=["class"]
+        )
+        for name, n in s.queue_depth.items():
+            depth.add_metric([name], n)
+        yield depth
+        yield _gauge("burstguard_queue_tokens", "Tokens (prompt + predicted output) queued",
+                     s.queue_tokens)
+        yield _gauge("burstguard_in_flight_requests", "Requests released to the backend",
+                     s.in_flight)
+        yield _gauge("burstguard_in_flight_tokens",
+                     "Tokens (prompt + predicted output) of in-flight requests", s.in_flight_tokens)
+        optional = {
+            "burstguard_in_flight_cap": ("Current (adapted) in-flight request cap",
+                                         s.in_flight_cap),
+            "burstguard_in_flight_tokens_cap": ("Current (adapted) in-flight token budget",
+                                                s.in_flight_tokens_cap),
+            "burstguard_service_rate": ("Measured service rate (tokens or requests per s)",
+                                        s.service_rate),
+            "burstguard_backend_waiting_requests": ("Backend's own waiting queue (scraped)",
+                                                    s.backend_waiting),
+            "burstguard_backend_running_requests": ("Backend's running requests (scraped)",
+                                                    s.backend_running),
+            "burstguard_backend_kv_cache_usage": ("Backend's KV cache usage 0-1 (scraped)",
+                                                  s.backend_kv_usage),
+        }
+        for name, (doc, value) in optional.items():
+            if value is not None:
+                yield _gauge(name, doc, value)
+        yield _gauge("burstguard_backend_up", "1 if the backend answered recently",
+                     1.0 if s.backend_up else 0.0)
+        now = self._clock()
+        rate = GaugeMetricFamily("burstguard_arrival_rate",
+                                 "Arrivals per second over the window", labels=["window"])
+        for w in (1, 10, 60):
+            rate.add_metric([f"{w}s"], self._windows.rate(now, w))
+        yield rate
+        burst = GaugeMetricFamily(
+            "burstguard_burst_index",
+            "Peak-to-average of arrivals per bin over the last 60 s", labels=["window"],
+        )
+        for b in (1, 5):
+            burst.add_metric([f"{b}s"], self._windows.burst_index(now, b))
+        yield burst
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+class GatewayMetrics:
+    """Owns a private registry, so several gateways (tests) never share counters."""
+
+    def __init__(self, snapshot: Callable[[], GaugeSnapshot], clock: Callable[[], float]) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.windows = ArrivalWindows()
+        self._clock = clock
+        r = self.registry
+        self.requests = Counter("llm_request", "Requests by class and final outcome",
+                                ["class", "outcome"], registry=r)
+        self.arrivals = Counter("burstguard_arrivals", "Requests that arrived, by class",
+                                ["class"], registry=r)
+        self.rejections = Counter("burstguard_rejections", "Requests shed with 429, by reason",
+                                  ["class", "reason"], registry=r)
+        self.errors = Counter("burstguard_upstream_errors", "Backend failures, by kind",
+                              ["kind"], registry=r)
+        self.output_tokens = Counter("burstguard_output_tokens",
+                                     "Output tokens streamed to clients", ["class"], registry=r)
+        self.queue_wait = Histogram("burstguard_queue_wait_seconds",
+                                    "Time from arrival to release to the backend", ["class"],
+                                    buckets=_WAIT_BUCKETS, registry=r)
+        self.ttft = Histogram("burstguard_ttft_seconds",
+                              "Time from arrival at the gateway to the first output token",
+                              ["class"], buckets=_TTFT_BUCKETS, registry=r)
+        r.register(_SnapshotCollector(snapshot, self.windows, clock))
+
+    def arrived(self, cls: str) -> None:
+        self.arrivals.labels(cls).inc()
+        self.windows.add(self._clock())
+
+    def ended(self, cls: str, outcome: str, reason: str | None = None) -> None:
+        self.requests.labels(cls, outcome).inc()
+        if outcome == "rejected":
+            self.rejections.labels(cls, reason or "unknown").inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
