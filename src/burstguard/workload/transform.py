@@ -1,0 +1,113 @@
+"""Workload transforms: take a subset, slice a time window, replay faster, merge traces."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from burstguard.errors import UserError
+from burstguard.workload.spec import Workload
+
+
+def take(workload: Workload, index: np.ndarray) -> Workload:
+    """The requests at `index` (an integer or boolean array), every column kept."""
+    index = np.asarray(index)
+    if index.dtype == bool:
+        index = np.flatnonzero(index)
+
+    def pick(column: np.ndarray | None) -> np.ndarray | None:
+        return None if column is None else column[index]
+
+    return Workload(
+        arrival_s=workload.arrival_s[index],
+        prompt_tokens=workload.prompt_tokens[index],
+        output_tokens=workload.output_tokens[index],
+        priority_class=pick(workload.priority_class),
+        tenant=pick(workload.tenant),
+        prefix_hashes=None
+        if workload.prefix_hashes is None
+        else [workload.prefix_hashes[i] for i in index.tolist()],
+        failed=pick(workload.failed),
+        ids=pick(workload.ids),
+        source=workload.source,
+        meta=dict(workload.meta),
+    )
+
+
+def slice_window(
+    workload: Workload, start_s: float = 0.0, end_s: float | None = None, rebase: bool = True
+) -> Workload:
+    """Requests arriving in [start_s, end_s); with `rebase` the window starts at 0 s."""
+    if end_s is not None and end_s <= start_s:
+        raise UserError(f"empty time window: end {end_s} s is not after start {start_s} s")
+    lo = np.searchsorted(workload.arrival_s, start_s, side="left")
+    hi = len(workload) if end_s is None else np.searchsorted(workload.arrival_s, end_s, "left")
+    out = take(workload, np.arange(lo, hi))
+    if rebase:
+        out.arrival_s = out.arrival_s - start_s
+    out.meta["window_s"] = [start_s, end_s]
+    return out
+
+
+def scale_rate(workload: Workload, speed: float) -> Workload:
+    """Replays `workload` at `speed` x its rate: every arrival time is divided by `speed`."""
+    if not speed > 0:
+        raise UserError(f"speed must be > 0, got {speed}")
+    out = take(workload, np.arange(len(workload)))
+    out.arrival_s = workload.arrival_s / speed
+    out.meta["speed"] = speed * float(workload.meta.get("speed", 1.0))
+    return out
+
+
+def merge(workloads: Sequence[Workload]) -> Workload:
+    """One workload holding every request of `workloads`, ordered by arrival.
+
+    Request ids are prefixed with the input's position ("0:r12", "1:r12") so that they
+    stay unique; optional columns missing from some inputs are filled with None / False.
+    """
+    if not workloads:
+        raise UserError("merge needs at least one workload")
+    n = [len(w) for w in workloads]
+
+    def labels(name: str) -> np.ndarray | None:
+        if all(getattr(w, name) is None for w in workloads):
+            return None
+        parts = [
+            getattr(w, name) if getattr(w, name) is not None else np.full(k, None, object)
+            for w, k in zip(workloads, n, strict=True)
+        ]
+        return np.concatenate([np.asarray(p, dtype=object) for p in parts])
+
+    ids = np.asarray(
+        [f"{k}:{w.request_id(i)}" for k, w in enumerate(workloads) for i in range(len(w))],
+        dtype=object,
+    )
+    has_prefix = any(w.prefix_hashes is not None for w in workloads)
+    has_failed = any(w.failed is not None for w in workloads)
+    merged = Workload(
+        arrival_s=np.concatenate([w.arrival_s for w in workloads]),
+        prompt_tokens=np.concatenate([w.prompt_tokens for w in workloads]),
+        output_tokens=np.concatenate([w.output_tokens for w in workloads]),
+        priority_class=labels("priority_class"),
+        tenant=labels("tenant"),
+        prefix_hashes=[
+            tuple(h)
+            for w, k in zip(workloads, n, strict=True)
+            for h in (w.prefix_hashes if w.prefix_hashes is not None else [()] * k)
+        ]
+        if has_prefix
+        else None,
+        failed=np.concatenate(
+            [
+                w.failed if w.failed is not None else np.zeros(k, bool)
+                for w, k in zip(workloads, n, strict=True)
+            ]
+        )
+        if has_failed
+        else None,
+        ids=ids,
+        source=" + ".join(w.source for w in workloads),
+        meta={"merged": [w.source for w in workloads]},
+    )
+    return take(merged, np.argsort(merged.arrival_s, kind="stable"))
