@@ -9,34 +9,8 @@ from typing import Annotated
 import typer
 
 from burstguard.errors import UserError
-from burstguard.workload.synth import PATTERNS, PatternSpec, synthesize
-
-
-def _range(text: str, kind: type, name: str) -> tuple:
-    low, sep, high = text.partition("-")
-    try:
-        lo, hi = kind(low), kind(high if sep else low)
-    except ValueError:
-        raise UserError(f"{name} {text!r}: expected A-B (e.g. 15-30)") from None
-    if lo <= 0 or hi < lo:
-        raise UserError(f"{name} {text!r}: expected 0 < A <= B")
-    return lo, hi
-
-
-def _envelope(text: str | None) -> tuple[str | None, dict[str, float]]:
-    if not text:
-        return None, {}
-    kind, _, rest = text.partition(":")
-    params: dict[str, float] = {}
-    for part in filter(None, rest.split(",")):
-        key, sep, value = part.partition("=")
-        try:
-            params[key] = float(value)
-        except ValueError:
-            raise UserError(f"--envelope {text!r}: expected key=number in {part!r}") from None
-        if not sep:
-            raise UserError(f"--envelope {text!r}: expected key=number in {part!r}")
-    return kind, params
+from burstguard.workload.options import pattern_options
+from burstguard.workload.synth import PatternSpec, synthesize
 
 
 def analyze(
@@ -120,82 +94,17 @@ def _print_table(trace: Path, r: dict) -> None:
     Console().print(table)
 
 
+@pattern_options(positional=True)
 def generate(
-    pattern: Annotated[str, typer.Argument(help=f"Arrival pattern: {', '.join(PATTERNS)}.")],
+    pattern_spec: PatternSpec,
     out: Annotated[Path, typer.Option("--out", help="Output file (burstguard JSONL).")],
-    duration: Annotated[float, typer.Option("--duration", help="Seconds of traffic.")] = 60.0,
-    rate: Annotated[float | None, typer.Option("--rate", help="Mean request rate (req/s).")] = None,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
-    burstiness: Annotated[
-        float, typer.Option("--burstiness", help="gamma: shape k (CV = 1/sqrt(k)).")
-    ] = 1.0,
-    burst_size: Annotated[
-        str, typer.Option("--burst-size", help="burst: requests per burst, A-B.")
-    ] = "15-30",
-    idle: Annotated[
-        str,
-        typer.Option("--idle", help="burst: idle gap seconds, A-B (scaled to --rate when given)."),
-    ] = "5-15",
-    hurst: Annotated[
-        float, typer.Option("--hurst", help="pareto: target Hurst exponent (0.5-1).")
-    ] = 0.8,
-    mmpp: Annotated[
-        str, typer.Option("--mmpp", help="mmpp: RATE_ON,RATE_OFF,MEAN_ON_S,MEAN_OFF_S.")
-    ] = "20,1,2,10",
-    envelope: Annotated[
-        str | None, typer.Option("--envelope", help="ramp|step|diurnal[:key=v,...] rate envelope.")
-    ] = None,
-    prompt_tokens: Annotated[
-        str,
-        typer.Option(
-            "--prompt-tokens",
-            help="Length spec: N, uniform:A-B, lognormal:mean=M,sigma=S, zipf:a=A,max=M, "
-            "empirical:TRACE.",
-        ),
-    ] = "512",
-    output_tokens: Annotated[
-        str, typer.Option("--output-tokens", help="Length spec, as --prompt-tokens.")
-    ] = "128",
-    classes: Annotated[
-        str | None, typer.Option("--classes", help="Class mix, e.g. interactive=0.7,batch=0.3.")
-    ] = None,
-    tenants: Annotated[
-        str | None, typer.Option("--tenants", help="Tenant mix, e.g. a=0.5,b=0.5.")
-    ] = None,
 ) -> None:
     """Write a synthetic bursty workload in burstguard's JSONL format."""
     from burstguard.workload.traces import write_workload
 
-    try:
-        on, off, t_on, t_off = (float(x) for x in mmpp.split(","))
-    except ValueError:
-        raise UserError(
-            f"--mmpp {mmpp!r}: expected RATE_ON,RATE_OFF,MEAN_ON_S,MEAN_OFF_S"
-        ) from None
-    env_kind, env_params = _envelope(envelope)
-    spec = PatternSpec(
-        pattern=pattern,
-        duration_s=duration,
-        rate=rate,
-        seed=seed,
-        burstiness=burstiness,
-        burst_size=_range(burst_size, int, "--burst-size"),
-        idle_s=_range(idle, float, "--idle"),
-        mmpp_rate_on=on,
-        mmpp_rate_off=off,
-        mmpp_mean_on_s=t_on,
-        mmpp_mean_off_s=t_off,
-        hurst=hurst,
-        envelope=env_kind,
-        envelope_params=env_params,
-        prompt_tokens=prompt_tokens,
-        output_tokens=output_tokens,
-        classes=classes,
-        tenants=tenants,
-    )
-    workload = synthesize(spec)
+    workload = synthesize(pattern_spec)
     write_workload(out, workload)
-    print(f"wrote {len(workload)} requests over {duration:g} s to {out}")
+    print(f"wrote {len(workload)} requests over {pattern_spec.duration_s:g} s to {out}")
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,139 @@
+"""`pattern_options`: the synthetic-workload flags, written once for generate, sim and bench.
+
+The decorator rewrites the command's `__signature__` so typer sees the flags, and calls the
+command with `pattern_spec: PatternSpec | None` (None when `--pattern` was not given, for
+commands where the pattern is optional).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+
+from burstguard.errors import UserError
+from burstguard.workload.synth import PATTERNS, PatternSpec
+
+F = TypeVar("F", bound=Callable[..., Any])
+_PANEL = "Workload pattern"
+
+
+def _range(text: str, kind: type, name: str) -> tuple[Any, Any]:
+    low, sep, high = text.partition("-")
+    try:
+        lo, hi = kind(low), kind(high if sep else low)
+    except ValueError:
+        raise UserError(f"{name} {text!r}: expected A-B (e.g. 15-30)") from None
+    if lo <= 0 or hi < lo:
+        raise UserError(f"{name} {text!r}: expected 0 < A <= B")
+    return lo, hi
+
+
+def _envelope(text: str | None) -> tuple[str | None, dict[str, float]]:
+    if not text:
+        return None, {}
+    kind, _, rest = text.partition(":")
+    params: dict[str, float] = {}
+    for part in filter(None, rest.split(",")):
+        key, sep, value = part.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            params[key] = float(value)
+        except ValueError:
+            raise UserError(f"--envelope {text!r}: expected key=number in {part!r}") from None
+    return kind, params
+
+
+def _params(positional: bool) -> list[inspect.Parameter]:
+    def opt(name: str, annotation: Any, default: Any, decl: str, help: str) -> inspect.Parameter:
+        return inspect.Parameter(
+            name,
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=annotation,
+            default=typer.Option(default, decl, help=help, rich_help_panel=_PANEL),
+        )
+
+    pattern_help = f"arrival pattern: {', '.join(PATTERNS)}"
+    pattern = inspect.Parameter(
+        "wl_pattern",
+        inspect.Parameter.POSITIONAL_OR_KEYWORD if positional else inspect.Parameter.KEYWORD_ONLY,
+        annotation=str if positional else str | None,
+        default=typer.Argument(..., help=pattern_help, metavar="PATTERN")
+        if positional
+        else typer.Option(None, "--pattern", help=pattern_help, rich_help_panel=_PANEL),
+    )
+    return [
+        pattern,
+        opt("wl_duration", float, 60.0, "--duration", "seconds of traffic"),
+        opt("wl_rate", float | None, None, "--rate", "mean request rate (req/s)"),
+        opt("wl_seed", int, 0, "--seed", "random seed"),
+        opt("wl_burstiness", float, 1.0, "--burstiness", "gamma: shape k (CV = 1/sqrt(k))"),
+        opt("wl_burst_size", str, "15-30", "--burst-size", "burst: requests per burst, A-B"),
+        opt("wl_idle", str, "5-15", "--idle", "burst: idle gap s, A-B (scaled to --rate)"),
+        opt("wl_hurst", float, 0.8, "--hurst", "pareto: target Hurst exponent (0.5-1)"),
+        opt("wl_mmpp", str, "20,1,2,10", "--mmpp", "mmpp: RATE_ON,RATE_OFF,MEAN_ON_S,MEAN_OFF_S"),
+        opt("wl_envelope", str | None, None, "--envelope", "ramp|step|diurnal[:key=v,...]"),
+        opt("wl_prompt_tokens", str, "512", "--prompt-tokens",
+            "length spec: N, uniform:A-B, lognormal:mean=M,sigma=S, zipf:a=A,max=M, "
+            "empirical:TRACE"),
+        opt("wl_output_tokens", str, "128", "--output-tokens", "length spec, as --prompt-tokens"),
+        opt("wl_classes", str | None, None, "--classes", "class mix: interactive=0.7,batch=0.3"),
+        opt("wl_tenants", str | None, None, "--tenants", "tenant mix: a=0.5,b=0.5"),
+    ]
+
+
+def spec_from_values(values: dict[str, Any]) -> PatternSpec | None:
+    """Builds the PatternSpec from the parsed flag values (keys without the wl_ prefix)."""
+    if values["pattern"] is None:
+        return None
+    try:
+        on, off, t_on, t_off = (float(x) for x in values["mmpp"].split(","))
+    except ValueError:
+        raise UserError(
+            f"--mmpp {values['mmpp']!r}: expected RATE_ON,RATE_OFF,MEAN_ON_S,MEAN_OFF_S"
+        ) from None
+    env_kind, env_params = _envelope(values["envelope"])
+    return PatternSpec(
+        pattern=values["pattern"], duration_s=values["duration"], rate=values["rate"],
+        seed=values["seed"], burstiness=values["burstiness"],
+        burst_size=_range(values["burst_size"], int, "--burst-size"),
+        idle_s=_range(values["idle"], float, "--idle"),
+        mmpp_rate_on=on, mmpp_rate_off=off, mmpp_mean_on_s=t_on, mmpp_mean_off_s=t_off,
+        hurst=values["hurst"], envelope=env_kind, envelope_params=env_params,
+        prompt_tokens=values["prompt_tokens"], output_tokens=values["output_tokens"],
+        classes=values["classes"], tenants=values["tenants"],
+    )  # fmt: skip
+
+
+def pattern_options(positional: bool = False) -> Callable[[F], F]:
+    """Adds the pattern flags to a typer command taking `pattern_spec`.
+
+    positional=True makes PATTERN the first argument (generate); otherwise it is
+    `--pattern NAME` and optional (bench, sim).
+    """
+
+    def decorate(func: F) -> F:
+        sig = inspect.signature(func, eval_str=True)
+        if "pattern_spec" not in sig.parameters:
+            raise TypeError(f"{func.__name__} must accept a `pattern_spec` parameter")
+        kept = [p for p in sig.parameters.values() if p.name != "pattern_spec"]
+        added = _params(positional)
+        names = [p.name for p in added]
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            values = {name[3:]: kwargs.pop(name) for name in names}
+            return func(*args, pattern_spec=spec_from_values(values), **kwargs)
+
+        head = [p for p in added if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        tail = [p for p in added if p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        params = head + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in kept] + tail
+        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
