@@ -1,0 +1,211 @@
+"""The gateway's configuration: one validated YAML file read by the server and the simulator.
+
+Everything a policy decision depends on lives here, so the same file gives the same
+decisions live and in `burstguard sim --gateway`. Validation errors name the bad field
+(`admission.max_queue_requests: ...`) and are raised as `UserError`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from burstguard.errors import UserError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BackendConfig(_Strict):
+    """One upstream engine (vLLM, SGLang, llama.cpp or the emulator)."""
+
+    url: str = Field(min_length=1, description="base URL, e.g. http://127.0.0.1:8000")
+    model: str | None = Field(None, description="model name served there (None: any)")
+    max_in_flight: int | None = Field(None, ge=1, description="per-backend request cap")
+    max_in_flight_tokens: int | None = Field(None, ge=1, description="per-backend token cap")
+    metrics_url: str | None = Field(None, description="Prometheus /metrics (None: url/metrics)")
+
+
+class ApiKeyConfig(_Strict):
+    """An API key and who it belongs to; the tier is the request's priority class."""
+
+    key: str = Field(min_length=8)
+    tenant: str = Field(min_length=1)
+    tier: str = Field(min_length=1)
+
+
+class ClassConfig(_Strict):
+    """A priority class (interactive, standard, batch): its rank and its promises."""
+
+    name: str = Field(min_length=1)
+    rank: int = Field(ge=0, description="lower is served first under strict priority")
+    ttft_target_s: float | None = Field(None, gt=0, description="the TTFT SLO for this class")
+    queue_deadline_s: float | None = Field(
+        None, gt=0, description="longest queue wait; a request that cannot start by then is shed"
+    )
+    max_wait_s: float | None = Field(
+        None, gt=0, description="aging bound: after this wait the request goes ahead of all classes"
+    )
+    max_in_flight_fraction: float = Field(
+        1.0, gt=0, le=1, description="share of the in-flight caps this class may fill"
+    )
+
+
+class ListenConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+
+
+class PolicyConfig(_Strict):
+    """Ordering: strict classes (or one shared queue), the order within a class, fairness."""
+
+    priority: bool = Field(True, description="strict priority between classes (with aging)")
+    order: Literal["fcfs", "spjf"] = "fcfs"
+    fairness: Literal["none", "vtc", "drr"] = "none"
+    spjf_aging_tokens_per_s: float = Field(
+        100.0, ge=0, description="SPJF: each second waited counts as this many tokens shorter"
+    )
+    drr_quantum_tokens: int = Field(2048, ge=1, description="DRR: tokens a tenant earns per turn")
+
+
+class AdmissionConfig(_Strict):
+    """Bounds on the queue and on what is in flight, and how the caps adapt."""
+
+    max_queue_requests: int = Field(4096, ge=1)
+    max_queue_tokens: int = Field(4_000_000, ge=1)
+    max_in_flight: int = Field(256, ge=1, description="request cap over all backends")
+    max_in_flight_tokens: int | None = Field(
+        None, ge=1, description="token cap (prompt + predicted output); None: learned only"
+    )
+    min_in_flight: int = Field(4, ge=1, description="adaptation never goes below this")
+    adapt: bool = Field(True, description="adapt the caps from backend metrics")
+    target_waiting: int = Field(0, ge=0, description="engine waiting queue to hold")
+    kv_high: float = Field(0.95, gt=0, le=1, description="shrink above this KV usage")
+    kv_low: float = Field(0.85, gt=0, le=1, description="grow only below this KV usage")
+    grow_fraction: float = Field(0.05, gt=0, le=1, description="growth per adaptation step")
+    rate_unit: Literal["tokens", "requests"] = "tokens"
+    rate_half_life_s: float = Field(5.0, gt=0, description="EWMA half-life of the service rate")
+    initial_service_rate: float | None = Field(
+        None, gt=0, description="prior service rate (rate_unit per s) until one is measured"
+    )
+    min_retry_after_s: float = Field(1.0, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> AdmissionConfig:
+        if self.min_in_flight > self.max_in_flight:
+            raise ValueError("min_in_flight must be <= max_in_flight")
+        if self.kv_low > self.kv_high:
+            raise ValueError("kv_low must be <= kv_high")
+        return self
+
+
+class PredictorConfig(_Strict):
+    """Output-length prediction from max_tokens, the prompt and a history of actual lengths."""
+
+    history_half_life: float = Field(50.0, gt=0, description="EWMA half-life, in requests")
+    min_samples: int = Field(5, ge=1, description="samples before a history key is trusted")
+    default_fraction: float = Field(
+        1.0, gt=0, le=1, description="predicted share of max_tokens with no history"
+    )
+    default_max_tokens: int = Field(1024, ge=1, description="assumed when max_tokens is absent")
+
+
+def _default_classes() -> tuple[ClassConfig, ...]:
+    return (
+        ClassConfig(name="interactive", rank=0, ttft_target_s=1.0, queue_deadline_s=5.0),
+        ClassConfig(
+            name="standard", rank=1, ttft_target_s=5.0, queue_deadline_s=30.0, max_wait_s=30.0
+        ),
+        ClassConfig(
+            name="batch",
+            rank=2,
+            queue_deadline_s=300.0,
+            max_wait_s=120.0,
+            max_in_flight_fraction=0.8,
+        ),
+    )
+
+
+class GatewayConfig(_Strict):
+    """The whole gateway: where to listen, backends, keys, classes, policy, admission."""
+
+    listen: ListenConfig = ListenConfig()
+    backends: tuple[BackendConfig, ...] = ()
+    api_keys: tuple[ApiKeyConfig, ...] = ()
+    max_body_bytes: int = Field(1 << 20, ge=1024)
+    class_header: str = "x-burstguard-class"
+    tenant_header: str = "x-burstguard-tenant"
+    default_class: str = "standard"
+    default_tenant: str = "default"
+    scrape_interval_s: float = Field(0.25, gt=0)
+    classes: tuple[ClassConfig, ...] = Field(default_factory=_default_classes, min_length=1)
+    policy: PolicyConfig = PolicyConfig()
+    admission: AdmissionConfig = AdmissionConfig()
+    predictor: PredictorConfig = PredictorConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> GatewayConfig:
+        names = [c.name for c in self.classes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"classes: duplicate class names in {names}")
+        if self.default_class not in names:
+            raise ValueError(f"default_class: {self.default_class!r} is not one of {names}")
+        for i, k in enumerate(self.api_keys):
+            if k.tier not in names:
+                raise ValueError(f"api_keys.{i}.tier: {k.tier!r} is not one of {names}")
+        keys = [k.key for k in self.api_keys]
+        if len(set(keys)) != len(keys):
+            raise ValueError("api_keys: the same key is listed twice")
+        return self
+
+    def class_by_name(self, name: str | None) -> ClassConfig:
+        """The class called `name`, or the default class for unknown or missing names."""
+        for c in self.classes:
+            if c.name == name:
+                return c
+        return next(c for c in self.classes if c.name == self.default_class)
+
+    @classmethod
+    def load(cls, path: str | Path) -> GatewayConfig:
+        """Reads and validates a YAML file; any problem is a UserError naming the field."""
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise UserError(f"{path}: cannot read the gateway config ({exc.strerror})") from exc
+        except yaml.YAMLError as exc:
+            raise UserError(f"{path}: not valid YAML: {exc}") from exc
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise UserError(f"{path}: the gateway config must be a mapping of fields")
+        return cls.from_dict(data, source=str(path))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object], source: str = "gateway config") -> GatewayConfig:
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise UserError(f"{source}: {_describe(exc)}") from exc
+
+
+def _describe(exc: ValidationError) -> str:
+    """One line per error: `field.path: message (got value)`."""
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        got = err.get("input")
+        plain = not isinstance(got, dict | list) and err["type"] != "missing"
+        shown = f" (got {got!r})" if plain else ""
+        lines.append(f"{where}: {msg}{shown}")
+    return "; ".join(lines)
+
+
+def load(path: str | Path) -> GatewayConfig:
+    """`GatewayConfig.load` as a function."""
+    return GatewayConfig.load(path)

@@ -1,0 +1,132 @@
+"""The gateway's queue: per class, per tenant, bounded in requests and tokens.
+
+Storage only — which entry goes next is the policies' business. Each class keeps its
+entries twice: in arrival order (a deque: oldest for aging and deadlines, newest for
+eviction) and in one heap per tenant keyed by the ordering key (fcfs or spjf). Removal
+from the middle (cancel, evict, expire) is lazy: the entry is marked dead and skipped when
+it surfaces, so every operation stays O(log n) amortised.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterator
+
+from burstguard.gateway.config import ClassConfig
+from burstguard.gateway.request import Entry
+
+
+class ClassQueue:
+    """The queued entries of one priority class."""
+
+    def __init__(self, cls: ClassConfig) -> None:
+        self.cls = cls
+        self._by_arrival: deque[Entry] = deque()
+        self._heaps: dict[str, list[tuple[float, int, Entry]]] = {}
+        self._per_tenant: dict[str, int] = {}
+        self.count = 0
+        self.tokens = 0
+
+    def push(self, e: Entry) -> None:
+        self._by_arrival.append(e)
+        heapq.heappush(self._heaps.setdefault(e.tenant, []), (e.key, e.seq, e))
+        self._per_tenant[e.tenant] = self._per_tenant.get(e.tenant, 0) + 1
+        self.count += 1
+        self.tokens += e.cost
+
+    def remove(self, e: Entry) -> None:
+        """Takes `e` out (it must be alive and in this queue)."""
+        e.alive = False
+        self.count -= 1
+        self.tokens -= e.cost
+        left = self._per_tenant[e.tenant] - 1
+        if left:
+            self._per_tenant[e.tenant] = left
+        else:
+            del self._per_tenant[e.tenant]
+            del self._heaps[e.tenant]
+        self._trim()
+
+    def _trim(self) -> None:
+        q = self._by_arrival
+        while q and not q[0].alive:
+            q.popleft()
+        while q and not q[-1].alive:
+            q.pop()
+
+    def tenants(self) -> Iterator[str]:
+        """Tenants with queued entries, in the order they first queued."""
+        return iter(self._per_tenant)
+
+    def head(self, tenant: str) -> Entry:
+        """The tenant's next entry by ordering key."""
+        h = self._heaps[tenant]
+        while not h[0][2].alive:
+            heapq.heappop(h)
+        return h[0][2]
+
+    def oldest(self) -> Entry | None:
+        return self._by_arrival[0] if self._by_arrival else None
+
+    def newest_first(self) -> Iterator[Entry]:
+        return (e for e in reversed(self._by_arrival) if e.alive)
+
+    def newest(self) -> Entry | None:
+        return self._by_arrival[-1] if self._by_arrival else None
+
+
+class GatewayQueue:
+    """All classes' queues with their totals; classes sorted by rank (best first)."""
+
+    def __init__(self, classes: tuple[ClassConfig, ...]) -> None:
+        ordered = sorted(classes, key=lambda c: c.rank)
+        self.classes: list[ClassQueue] = [ClassQueue(c) for c in ordered]
+        self._by_name = {q.cls.name: q for q in self.classes}
+        self.count = 0
+        self.tokens = 0
+
+    def of(self, name: str) -> ClassQueue:
+        return self._by_name[name]
+
+    def push(self, e: Entry) -> None:
+        self._by_name[e.cls.name].push(e)
+        self.count += 1
+        self.tokens += e.cost
+
+    def remove(self, e: Entry) -> None:
+        self._by_name[e.cls.name].remove(e)
+        self.count -= 1
+        self.tokens -= e.cost
+
+    def eviction_victim(self) -> Entry | None:
+        """The newest entry of the worst-ranked non-empty class (the one to shed first)."""
+        for q in reversed(self.classes):
+            if q.count:
+                return q.newest()
+        return None
+
+    def tokens_ahead(self, rank: int, strict: bool) -> tuple[int, int]:
+        """(requests, tokens) that would go before a new arrival of class `rank`."""
+        if not strict:
+            return self.count, self.tokens
+        n = t = 0
+        for q in self.classes:
+            if q.cls.rank > rank:
+                break
+            n += q.count
+            t += q.tokens
+        return n, t
+
+    def expired(self, now: float) -> list[Entry]:
+        """Entries that waited past their class's queue deadline, removed, oldest first."""
+        out: list[Entry] = []
+        for q in self.classes:
+            deadline = q.cls.queue_deadline_s
+            if deadline is None:
+                continue
+            while (e := q.oldest()) is not None and now - e.req.arrival_s > deadline:
+                self.remove(e)
+                out.append(e)
+        out.sort(key=lambda e: e.req.arrival_s)
+        return out

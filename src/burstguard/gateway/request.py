@@ -1,0 +1,51 @@
+"""The values that cross the GatewayCore boundary: a request, a backend observation, an entry.
+
+Kept apart from the core so the queue and the policies can share them without a cycle;
+`burstguard.gateway.core` re-exports `GatewayRequest` and `BackendState` (the contract).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from burstguard.gateway.config import ClassConfig
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayRequest:
+    """What the gateway knows about a request when it arrives (times in seconds)."""
+
+    id: str
+    arrival_s: float
+    prompt_tokens: int
+    max_tokens: int | None
+    priority_class: str | None = None
+    tenant: str | None = None
+    route: str | None = None  # e.g. "/v1/chat/completions" or the model name: predictor key
+
+
+@dataclass(frozen=True, slots=True)
+class BackendState:
+    """The backend's own view, scraped from its /metrics; None where it exports nothing."""
+
+    waiting: int | None = None
+    running: int | None = None
+    kv_usage: float | None = None  # 0..1
+
+
+@dataclass(slots=True, eq=False)
+class Entry:
+    """A request inside the gateway with what the gateway decided about it."""
+
+    req: GatewayRequest
+    cls: ClassConfig
+    tenant: str
+    predicted_output: int
+    seq: int
+    key: float = 0.0  # ordering key within its class (lower first)
+    alive: bool = True  # False once it left the queue (lazy deletion from heaps/deques)
+
+    @property
+    def cost(self) -> int:
+        """Tokens it holds in the budget: prompt + predicted output."""
+        return self.req.prompt_tokens + self.predicted_output
