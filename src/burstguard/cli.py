@@ -33,11 +33,21 @@ def version() -> None:
 def _register_all() -> None:
     from burstguard.bench import cli as bench_cli
     from burstguard.emulator import cli as emulator_cli
+    from burstguard.engines import cli as engines_cli
     from burstguard.gateway import cli as gateway_cli
+    from burstguard.report import cli as report_cli
     from burstguard.sim import cli as sim_cli
     from burstguard.workload import cli as workload_cli
 
-    for module in (workload_cli, emulator_cli, sim_cli, bench_cli, gateway_cli):
+    for module in (
+        workload_cli,
+        emulator_cli,
+        sim_cli,
+        bench_cli,
+        gateway_cli,
+        engines_cli,
+        report_cli,
+    ):
         module.register(app)
 
 
