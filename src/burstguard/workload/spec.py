@@ -86,3 +86,11 @@ class Workload:
             ids=np.array([s.id for s in specs], dtype=object),
             source=source,
         )
+
+
+CLASS_PRIORITY = {"interactive": 0, "standard": 1, "batch": 2}
+
+
+def priority_of(priority_class: str | None) -> int:
+    """vLLM `priority` for a class name (lower runs first); unknown or none -> 1."""
+    return CLASS_PRIORITY.get(priority_class or "", 1)
