@@ -1,0 +1,44 @@
+"""Simulated requests per wall second of `burstguard sim` (issue 3 target: 100k < 20 s).
+
+Run: .venv/bin/python benchmarks/bench_sim.py
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from burstguard.engine.config import EngineConfig
+from burstguard.engine.profile import Profile
+from burstguard.sim.loop import simulate
+from burstguard.workload.synth import PatternSpec, synthesize
+from burstguard.workload.traces import load_workload
+
+ROOT = Path(__file__).resolve().parent.parent
+AZURE = ROOT.parent / "shared" / "traces" / "azure2023_code.csv"
+if not AZURE.exists():
+    AZURE = ROOT / "examples" / "traces" / "azure2023_code.csv"
+
+
+def run(name: str, workload, config: EngineConfig) -> None:  # type: ignore[no-untyped-def]
+    profile = Profile.load("llama3-8b-h100")
+    t0 = time.perf_counter()
+    result = simulate(workload, config, profile)
+    wall = time.perf_counter() - t0
+    print(
+        f"{name}: {len(workload):,} requests, {result.steps:,} steps in {wall:.2f} s wall "
+        f"= {len(workload) / wall:,.0f} simulated req/s ({result.end_s:,.0f} s of engine time)"
+    )
+
+
+def main() -> None:
+    run("azure code trace", load_workload(AZURE), EngineConfig())
+    spec = PatternSpec(
+        pattern="poisson", rate=20.0, duration_s=5_000, seed=1,
+        prompt_tokens="lognormal:mean=512,sigma=0.8", output_tokens="lognormal:mean=128,sigma=0.8",
+    )  # fmt: skip
+    run("100k synthetic (Poisson 20 req/s)", synthesize(spec), EngineConfig())
+
+
+if __name__ == "__main__":
+    main()
