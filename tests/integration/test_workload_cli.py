@@ -8,9 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.conftest import AZURE_CODE, BURSTGUARD, MOONCAKE_CONV
+from tests.conftest import AZURE_CODE, BURSTGUARD, MOONCAKE_CONV, REPO_ROOT
 
 from burstguard.workload.traces import load_workload, write_workload
+
+EXAMPLE = REPO_ROOT / "examples" / "traces" / "azure2023_code.csv"
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -65,7 +67,7 @@ def test_generate_then_analyze_round_trip(tmp_path: Path) -> None:
 
 def test_plot_png_and_html(tmp_path: Path) -> None:
     for name in ("p.png", "p.html"):
-        proc = run("analyze", str(AZURE_CODE), "--plot", str(tmp_path / name))
+        proc = run("analyze", str(EXAMPLE), "--plot", str(tmp_path / name))
         assert proc.returncode == 0, proc.stderr
         assert (tmp_path / name).stat().st_size > 10_000
     assert "<script" in (tmp_path / "p.html").read_text()
