@@ -1,7 +1,56 @@
-"""CLI commands of burstguard.emulator."""
+"""CLI: `burstguard emulate` — an OpenAI-compatible server over the vLLM-like engine model."""
+
+from __future__ import annotations
+
+from typing import Annotated
 
 import typer
 
+from burstguard.engine.config import EngineConfig
+from burstguard.engine.options import engine_options
+from burstguard.engine.profile import Profile
+
+
+@engine_options
+def emulate(
+    profile: Profile,
+    engine_config: EngineConfig,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    speedup: Annotated[
+        float, typer.Option(help="Run engine time X times faster than real time.")
+    ] = 1.0,
+    served_model_name: Annotated[
+        str | None, typer.Option(help="Model name clients must send (default: the profile name).")
+    ] = None,
+    output_mean: Annotated[
+        float, typer.Option(help="Mean output length when ignore_eos is false.")
+    ] = 256.0,
+    output_sigma: Annotated[
+        float, typer.Option(help="Lognormal sigma of that length (0 = fixed).")
+    ] = 0.8,
+    seed: Annotated[int, typer.Option(help="Seed of the output-length model.")] = 0,
+) -> None:
+    """Serve the engine model over the OpenAI API (latencies in engine time)."""
+    import uvicorn
+
+    from burstguard.emulator.lengths import OutputLengthModel
+    from burstguard.emulator.server import EmulatorApp
+    from burstguard.engine.core import EngineCore
+    from burstguard.errors import UserError
+
+    if speedup <= 0:
+        raise UserError("--speedup must be > 0")
+    core = EngineCore(engine_config, profile)
+    app = EmulatorApp(
+        core, served_model_name or profile.name, speedup,
+        OutputLengthModel(output_mean, output_sigma, seed),
+    ).build()  # fmt: skip
+    print(f"burstguard emulator ({profile.name}, {speedup:g}x) on http://{host}:{port}", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
+                loop="uvloop", http="httptools")  # fmt: skip
+
 
 def register(app: typer.Typer) -> None:
-    """Adds this area's commands to the burstguard app."""
+    """Adds emulate."""
+    app.command()(emulate)

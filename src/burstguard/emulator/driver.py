@@ -79,8 +79,11 @@ class EngineDriver:
     ) -> RequestHandle:
         """Queues a request for the next step; its tokens arrive on `handle.queue`."""
         handle = RequestHandle(
-            id=f"req-{next(self._ids)}", prompt_tokens=prompt_tokens, max_tokens=max_tokens,
-            output_tokens=output_tokens, priority=priority,
+            id=f"req-{next(self._ids)}",
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            output_tokens=output_tokens,
+            priority=priority,
             arrival_s=max(self.engine_now(), self._engine_s),
         )
         self._arrivals.append(handle)
@@ -119,7 +122,10 @@ class EngineDriver:
                     continue
                 self._engine_s = max(self._engine_s, handle.arrival_s)
                 request = EngineRequest(
-                    handle.id, handle.prompt_tokens, handle.output_tokens, handle.arrival_s,
+                    handle.id,
+                    handle.prompt_tokens,
+                    handle.output_tokens,
+                    handle.arrival_s,
                     priority=handle.priority,
                 )
                 try:

@@ -17,16 +17,72 @@ from prometheus_client.registry import Collector
 from burstguard.engine.core import EngineStats
 
 TTFT_BUCKETS = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-    10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
 )
 ITL_BUCKETS = (
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-    20.0, 40.0, 80.0,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
 )
 REQUEST_BUCKETS = (
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-    240.0, 480.0, 960.0, 1920.0, 7680.0,
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
 )
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -42,23 +98,30 @@ class _EngineStatsCollector(Collector):
         s = self._stats()
         label = [self._model_name]
         gauges = (
-            ("vllm:num_requests_running", "Requests in model execution batches.",
-             s.num_running),
+            ("vllm:num_requests_running", "Requests in model execution batches.", s.num_running),
             ("vllm:num_requests_waiting", "Requests waiting to be processed.", s.num_waiting),
-            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-             s.kv_cache_usage),
+            (
+                "vllm:kv_cache_usage_perc",
+                "KV-cache usage. 1 means 100 percent usage.",
+                s.kv_cache_usage,
+            ),
         )
         for name, doc, value in gauges:
             family = GaugeMetricFamily(name, doc, labels=["model_name"])
             family.add_metric(label, float(value))
             yield family
         counters = (
-            ("vllm:num_preemptions", "Cumulative number of preemptions from the engine.",
-             s.num_preemptions_total),
-            ("vllm:prompt_tokens", "Number of prefill tokens processed.",
-             s.prompt_tokens_total),
-            ("vllm:generation_tokens", "Number of generation tokens processed.",
-             s.generation_tokens_total),
+            (
+                "vllm:num_preemptions",
+                "Cumulative number of preemptions from the engine.",
+                s.num_preemptions_total,
+            ),
+            ("vllm:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens_total),
+            (
+                "vllm:generation_tokens",
+                "Number of generation tokens processed.",
+                s.generation_tokens_total,
+            ),
         )
         for name, doc, value in counters:
             counter = CounterMetricFamily(name, doc, labels=["model_name"])
@@ -78,30 +141,37 @@ class EmulatorMetrics:
             return Histogram(name, doc, labels, buckets=buckets, registry=self.registry)
 
         self.ttft = hist(
-            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
             TTFT_BUCKETS,
         ).labels(model_name)
         self.itl = hist(
-            "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
             ITL_BUCKETS,
         ).labels(model_name)
         self.e2e = hist(
             "vllm:e2e_request_latency_seconds",
-            "Histogram of end to end request latency in seconds.", REQUEST_BUCKETS,
+            "Histogram of end to end request latency in seconds.",
+            REQUEST_BUCKETS,
         ).labels(model_name)
         self.queue_time = hist(
             "vllm:request_queue_time_seconds",
-            "Histogram of time spent in WAITING phase for request.", REQUEST_BUCKETS,
+            "Histogram of time spent in WAITING phase for request.",
+            REQUEST_BUCKETS,
         ).labels(model_name)
         self._success = Counter(
-            "vllm:request_success", "Count of successfully processed requests.",
-            ["model_name", "finished_reason"], registry=self.registry,
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            ["model_name", "finished_reason"],
+            registry=self.registry,
         )
         self._model_name = model_name
         self.aborted = Counter(
             "burstguard_emulator_aborted_requests",
             "Requests aborted because their client went away (their KV blocks freed).",
-            labels, registry=self.registry,
+            labels,
+            registry=self.registry,
         ).labels(model_name)
 
     def request_success(self, finished_reason: str) -> None:

@@ -65,8 +65,13 @@ class ApiError(Exception):
     """An error answered to the client with OpenAI's error body; never a traceback."""
 
     def __init__(
-        self, status: int, message: str, *, type_: str = "invalid_request_error",
-        code: str | None = None, param: str | None = None,
+        self,
+        status: int,
+        message: str,
+        *,
+        type_: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -78,7 +83,9 @@ class ApiError(Exception):
     def body(self) -> dict[str, Any]:
         return {
             "error": {
-                "message": self.message, "type": self.type, "param": self.param,
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
                 "code": self.code,
             }
         }
@@ -87,9 +94,7 @@ class ApiError(Exception):
 ErrorKind = Literal["chat", "completion"]
 
 
-def parse_request(
-    kind: ErrorKind, payload: Any
-) -> ChatCompletionRequest | CompletionRequest:
+def parse_request(kind: ErrorKind, payload: Any) -> ChatCompletionRequest | CompletionRequest:
     """Validates a decoded JSON body; raises ApiError(400) naming the first bad field."""
     model = ChatCompletionRequest if kind == "chat" else CompletionRequest
     if not isinstance(payload, dict):
@@ -99,6 +104,4 @@ def parse_request(
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "body"
-        raise ApiError(
-            400, f"{field}: {first['msg']}", code="invalid_value", param=field
-        ) from None
+        raise ApiError(400, f"{field}: {first['msg']}", code="invalid_value", param=field) from None

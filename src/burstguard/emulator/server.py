@@ -1,0 +1,212 @@
+"""The OpenAI-compatible HTTP shell around the engine driver (Starlette).
+
+Streaming sends one SSE chunk per token as the engine produces it; a client that goes away
+aborts its request so the engine frees its KV blocks. Bad input gets OpenAI-style 400/404.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from burstguard.emulator.driver import EngineDriver, RequestHandle
+from burstguard.emulator.lengths import OutputLengthModel
+from burstguard.emulator.metrics import EmulatorMetrics
+from burstguard.emulator.protocol import (
+    ApiError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    parse_request,
+)
+from burstguard.emulator.tokens import FILLER_PIECES, count_chat_tokens, count_tokens
+from burstguard.engine.core import EngineCore, RequestRejected
+
+
+def _error(exc: ApiError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+def _prompt_tokens(req: ChatCompletionRequest | CompletionRequest) -> int:
+    if isinstance(req, ChatCompletionRequest):
+        return count_chat_tokens([m.model_dump() for m in req.messages])
+    prompt = req.prompt
+    if isinstance(prompt, str):
+        return count_tokens(prompt)
+    if all(isinstance(p, int) for p in prompt):
+        return len(prompt)
+    if len(prompt) != 1:
+        raise ApiError(400, "prompt: only one prompt per request is served", param="prompt")
+    only = prompt[0]
+    return count_tokens(only) if isinstance(only, str) else len(only)
+
+
+class EmulatorApp:
+    """Routes and per-request logic; the engine itself lives in the driver."""
+
+    def __init__(
+        self, core: EngineCore, model_name: str, speedup: float, lengths: OutputLengthModel
+    ) -> None:
+        self.core = core
+        self.model_name = model_name
+        self.lengths = lengths
+        self.metrics = EmulatorMetrics(model_name, lambda: core.stats)
+        self.driver = EngineDriver(core, self.metrics, speedup=speedup)
+
+    async def _parse(self, request: Request, kind: str) -> tuple[Any, int, int, int]:
+        try:
+            payload = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ApiError(400, "request body is not valid JSON", code="invalid_json") from None
+        req = parse_request(kind, payload)  # type: ignore[arg-type]
+        if req.model != self.model_name:
+            raise ApiError(
+                404, f"The model `{req.model}` does not exist; this server serves "
+                f"`{self.model_name}`", type_="NotFoundError", code="model_not_found",
+                param="model",
+            )  # fmt: skip
+        prompt = _prompt_tokens(req)
+        limit = self.core.max_model_len
+        max_tokens = req.requested_max_tokens or max(1, limit - prompt)
+        if prompt + max_tokens > limit:
+            raise ApiError(
+                400, f"prompt ({prompt} tokens) + max_tokens ({max_tokens}) exceeds the "
+                f"maximum context length {limit}", code="context_length_exceeded",
+                param="max_tokens",
+            )  # fmt: skip
+        return req, prompt, max_tokens, self.lengths.output_tokens(max_tokens, req.ignore_eos)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, "completion")
+
+    async def chat(self, request: Request) -> Response:
+        return await self._generate(request, "chat")
+
+    async def _generate(self, request: Request, kind: str) -> Response:
+        try:
+            req, prompt, max_tokens, output = await self._parse(request, kind)
+        except ApiError as exc:
+            return _error(exc)
+        handle = self.driver.submit(prompt, max_tokens, output, priority=req.priority)
+        first = await handle.queue.get()
+        if isinstance(first, RequestRejected):
+            return _error(ApiError(400, str(first), code="request_rejected"))
+        rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+        if req.stream:
+            return StreamingResponse(
+                self._stream(kind, rid, handle, first, prompt, req.include_usage),
+                media_type="text/event-stream",
+            )
+        produced = 0
+        item = first
+        try:
+            while item is not None:
+                produced += item  # type: ignore[operator]
+                item = await handle.queue.get()
+        finally:
+            if item is not None:
+                self.driver.abort(handle)
+        text = _text(produced)
+        usage = _usage(prompt, produced)
+        base = {"id": rid, "created": int(time.time()), "model": self.model_name, "usage": usage}
+        if kind == "chat":
+            choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                      "finish_reason": handle.finish_reason}  # fmt: skip
+            return JSONResponse({**base, "object": "chat.completion", "choices": [choice]})
+        choice = {"index": 0, "text": text, "finish_reason": handle.finish_reason}
+        return JSONResponse({**base, "object": "text_completion", "choices": [choice]})
+
+    async def _stream(
+        self, kind: str, rid: str, handle: RequestHandle, first: Any, prompt: int, usage: bool
+    ) -> AsyncIterator[bytes]:
+        created = int(time.time())
+        obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+        head = f'{{"id":"{rid}","object":"{obj}","created":{created},"model":"{self.model_name}"'
+
+        def chunk(piece: str | None, finish: str | None, role: bool = False) -> bytes:
+            fin = "null" if finish is None else f'"{finish}"'
+            if kind == "chat":
+                delta: dict[str, str] = {"role": "assistant"} if role else {}
+                if piece is not None:
+                    delta["content"] = piece
+                body = (
+                    f'"choices":[{{"index":0,"delta":{json.dumps(delta)},"finish_reason":{fin}}}]'
+                )
+            else:
+                text = json.dumps(piece or "")
+                body = f'"choices":[{{"index":0,"text":{text},"finish_reason":{fin}}}]'
+            return f"data: {head},{body}}}\n\n".encode()
+
+        produced = 0
+        item = first
+        done = False
+        try:
+            if kind == "chat":
+                yield chunk("", None, role=True)
+            while item is not None:
+                pieces = [FILLER_PIECES[(produced + k) % len(FILLER_PIECES)] for k in range(item)]
+                produced += item
+                yield b"".join(chunk(p, None) for p in pieces)
+                item = await handle.queue.get()
+            done = True
+            yield chunk(None, handle.finish_reason)
+            if usage:
+                u = json.dumps(_usage(prompt, produced))
+                yield f'data: {head},"choices":[],"usage":{u}}}\n\n'.encode()
+            yield b"data: [DONE]\n\n"
+        finally:
+            if not done:
+                self.driver.abort(handle)
+
+    async def models(self, request: Request) -> Response:
+        card = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "burstguard",
+                "max_model_len": self.core.max_model_len}  # fmt: skip
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def health(self, request: Request) -> Response:
+        return Response(status_code=200)
+
+    async def metrics_endpoint(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    def build(self) -> Starlette:
+        @asynccontextmanager
+        async def lifespan(app: Starlette) -> AsyncIterator[None]:
+            self.driver.start()
+            yield
+            await self.driver.stop()
+
+        async def not_found(request: Request, exc: Exception) -> Response:
+            return _error(ApiError(404, f"no route {request.url.path}", code="not_found"))
+
+        async def bad_method(request: Request, exc: Exception) -> Response:
+            return _error(ApiError(405, f"method {request.method} not allowed", code="method"))
+
+        return Starlette(
+            routes=[
+                Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                Route("/v1/completions", self.completions, methods=["POST"]),
+                Route("/v1/models", self.models, methods=["GET"]),
+                Route("/health", self.health, methods=["GET"]),
+                Route("/metrics", self.metrics_endpoint, methods=["GET"]),
+            ],
+            exception_handlers={404: not_found, 405: bad_method},
+            lifespan=lifespan,
+        )
+
+
+def _text(tokens: int) -> str:
+    return "".join(FILLER_PIECES[k % len(FILLER_PIECES)] for k in range(tokens))
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion}  # fmt: skip
