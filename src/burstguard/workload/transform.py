@@ -98,16 +98,15 @@ def merge(workloads: Sequence[Workload]) -> Workload:
         ]
         if has_prefix
         else None,
-        failed=np.concatenate(
-            [
-                w.failed if w.failed is not None else np.zeros(k, bool)
-                for w, k in zip(workloads, n, strict=True)
-            ]
-        )
-        if has_failed
-        else None,
+        failed=np.concatenate([_flags(w) for w in workloads]) if has_failed else None,
         ids=ids,
         source=" + ".join(w.source for w in workloads),
         meta={"merged": [w.source for w in workloads]},
     )
     return take(merged, np.argsort(merged.arrival_s, kind="stable"))
+
+
+def _flags(workload: Workload) -> np.ndarray:
+    if workload.failed is not None:
+        return workload.failed
+    return np.zeros(len(workload), dtype=bool)
