@@ -32,6 +32,10 @@ def analyze(
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Write a plot: FILE.png or FILE.html.")
     ] = None,
+    window: Annotated[
+        str | None, typer.Option("--window", help="Only requests in START-END seconds.")
+    ] = None,
+    speed: Annotated[float, typer.Option("--speed", help="Replay at K x the trace's rate.")] = 1.0,
 ) -> None:
     """Describe how bursty a trace is: peak-to-average, CV, Hurst, Gamma fit, token stats."""
     from burstguard.workload.metrics import analyze as analyze_workload
@@ -39,7 +43,17 @@ def analyze(
 
     if plot is not None and plot.suffix.lower() not in (".png", ".html"):
         raise UserError(f"--plot {plot}: use a .png or .html file name")
+    from burstguard.workload.transform import scale_rate, slice_window
+
     workload = load_workload(trace, fmt)
+    if window:
+        start, sep, end = window.partition("-")
+        try:
+            workload = slice_window(workload, float(start), float(end) if sep else None)
+        except ValueError:
+            raise UserError(f"--window {window!r}: expected START-END in seconds") from None
+    if speed != 1.0:
+        workload = scale_rate(workload, speed)
     if len(workload) == 0:
         raise UserError(f"{trace}: no requests in the trace")
     result = analyze_workload(workload)
