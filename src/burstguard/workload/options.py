@@ -77,9 +77,14 @@ def _params(positional: bool) -> list[inspect.Parameter]:
         opt("wl_hurst", float, 0.8, "--hurst", "pareto: target Hurst exponent (0.5-1)"),
         opt("wl_mmpp", str, "20,1,2,10", "--mmpp", "mmpp: RATE_ON,RATE_OFF,MEAN_ON_S,MEAN_OFF_S"),
         opt("wl_envelope", str | None, None, "--envelope", "ramp|step|diurnal[:key=v,...]"),
-        opt("wl_prompt_tokens", str, "512", "--prompt-tokens",
+        opt(
+            "wl_prompt_tokens",
+            str,
+            "512",
+            "--prompt-tokens",
             "length spec: N, uniform:A-B, lognormal:mean=M,sigma=S, zipf:a=A,max=M, "
-            "empirical:TRACE"),
+            "empirical:TRACE",
+        ),
         opt("wl_output_tokens", str, "128", "--output-tokens", "length spec, as --prompt-tokens"),
         opt("wl_classes", str | None, None, "--classes", "class mix: interactive=0.7,batch=0.3"),
         opt("wl_tenants", str | None, None, "--tenants", "tenant mix: a=0.5,b=0.5"),
