@@ -27,7 +27,7 @@ from burstguard.emulator.protocol import (
     CompletionRequest,
     parse_request,
 )
-from burstguard.emulator.tokens import FILLER_PIECES, count_chat_tokens, count_tokens
+from burstguard.emulator.tokens import FILLER_PIECES, count_chat_tokens, count_tokens, filler_text
 from burstguard.engine.core import EngineCore, RequestRejected
 
 
@@ -114,7 +114,7 @@ class EmulatorApp:
         finally:
             if item is not None:
                 self.driver.abort(handle)
-        text = _text(produced)
+        text = filler_text(produced)
         usage = _usage(prompt, produced)
         base = {"id": rid, "created": int(time.time()), "model": self.model_name, "usage": usage}
         if kind == "chat":
@@ -201,10 +201,6 @@ class EmulatorApp:
             exception_handlers={404: not_found, 405: bad_method},
             lifespan=lifespan,
         )
-
-
-def _text(tokens: int) -> str:
-    return "".join(FILLER_PIECES[k % len(FILLER_PIECES)] for k in range(tokens))
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
