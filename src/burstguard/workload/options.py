@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import typer
 
 from burstguard.errors import UserError
+from burstguard.workload.shapes import parse_key_values
 from burstguard.workload.synth import PATTERNS, PatternSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -36,16 +37,7 @@ def _envelope(text: str | None) -> tuple[str | None, dict[str, float]]:
     if not text:
         return None, {}
     kind, _, rest = text.partition(":")
-    params: dict[str, float] = {}
-    for part in filter(None, rest.split(",")):
-        key, sep, value = part.partition("=")
-        try:
-            if not sep:
-                raise ValueError
-            params[key] = float(value)
-        except ValueError:
-            raise UserError(f"--envelope {text!r}: expected key=number in {part!r}") from None
-    return kind, params
+    return kind, parse_key_values(rest, f"--envelope {text!r}")
 
 
 def _params(positional: bool) -> list[inspect.Parameter]:

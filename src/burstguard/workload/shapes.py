@@ -15,7 +15,8 @@ import numpy as np
 from burstguard.errors import UserError
 
 
-def _params(text: str, spec: str) -> dict[str, float]:
+def parse_key_values(text: str, context: str) -> dict[str, float]:
+    """`a=1,b=2.5` -> {"a": 1.0, "b": 2.5}; errors start with `context` (the flag or spec)."""
     out: dict[str, float] = {}
     for part in filter(None, text.split(",")):
         key, sep, value = part.partition("=")
@@ -24,7 +25,7 @@ def _params(text: str, spec: str) -> dict[str, float]:
                 raise ValueError
             out[key.strip()] = float(value)
         except ValueError:
-            raise UserError(f"bad length spec {spec!r}: expected key=number in {part!r}") from None
+            raise UserError(f"{context}: expected key=number in {part!r}") from None
     return out
 
 
@@ -53,12 +54,12 @@ def sample_lengths(spec: str, n: int, rng: np.random.Generator) -> np.ndarray:
             raise UserError(f"bad length spec {spec!r}: expected uniform:A-B with 1 <= A <= B")
         return rng.integers(lo, hi + 1, n)
     if kind == "lognormal":
-        p = _params(rest, spec)
+        p = parse_key_values(rest, f"bad length spec {spec!r}")
         mean, sigma = p.get("mean", 256.0), p.get("sigma", 0.8)
         mu = np.log(mean) - sigma**2 / 2
         return np.maximum(1, np.round(rng.lognormal(mu, sigma, n))).astype(np.int64)
     if kind == "zipf":
-        p = _params(rest, spec)
+        p = parse_key_values(rest, f"bad length spec {spec!r}")
         a, cap = p.get("a", 1.5), int(p.get("max", 4096))
         if a <= 1:
             raise UserError(f"bad length spec {spec!r}: zipf needs a > 1")
