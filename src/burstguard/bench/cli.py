@@ -1,7 +1,270 @@
-"""CLI commands of burstguard.bench."""
+"""CLI: `burstguard bench` — bursty or steady load against any OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
+from burstguard.errors import UserError
+from burstguard.workload.options import pattern_options
+from burstguard.workload.synth import PatternSpec
+
+SCENARIOS = ("steady-vs-burst",)
+_LOAD, _CLIENT, _OUT = "Load", "Client behaviour", "Output"
+
+
+def _opt(*decls: str, help: str, panel: str = _LOAD, **kw: Any) -> Any:
+    return typer.Option(*decls, help=help, rich_help_panel=panel, **kw)
+
+
+@pattern_options()
+def bench(
+    pattern_spec: PatternSpec | None,
+    shape_spec: PatternSpec,
+    target: Annotated[str, _opt("--target", help="Server base URL, e.g. http://host:8000")],
+    out: Annotated[Path, _opt("--out", help="Run directory to write", panel=_OUT)],
+    model: Annotated[
+        str | None, _opt("--model", help="Model name (default: the only one served)")
+    ] = None,
+    workload_file: Annotated[
+        Path | None, _opt("--workload", help="Replay a trace (any analyze format)")
+    ] = None,
+    trace_format: Annotated[str | None, _opt("--format", help="Trace format")] = None,
+    window: Annotated[str | None, _opt("--window", help="Trace: only START-END seconds")] = None,
+    speed: Annotated[float, _opt("--speed", help="Trace: replay at K x its rate")] = 1.0,
+    concurrency: Annotated[
+        int | None, _opt("--concurrency", help="Closed loop: N users (seed baseline 32)")
+    ] = None,
+    think_time: Annotated[
+        float, _opt("--think-time", help="Closed loop: seconds between a user's requests")
+    ] = 0.0,
+    scenario: Annotated[
+        str | None, _opt("--scenario", help="steady-vs-burst: run both legs and compare")
+    ] = None,
+    api: Annotated[str, _opt("--api", help="chat or completions")] = "chat",
+    stream: Annotated[bool, _opt("--stream/--no-stream", help="SSE streaming")] = True,
+    ignore_eos: Annotated[
+        bool, _opt("--ignore-eos/--no-ignore-eos", help="Outputs follow the workload")
+    ] = True,
+    send_priority: Annotated[
+        bool, _opt("--send-priority", help="Send vLLM's `priority` field from the class")
+    ] = False,
+    prompt_file: Annotated[
+        Path | None, _opt("--prompt-file", help="Prompts: text lines or JSONL `prompt`")
+    ] = None,
+    speedup: Annotated[
+        float, _opt("--speedup", help="Target runs X times real time (emulator --speedup)")
+    ] = 1.0,
+    timeout: Annotated[float, _opt("--timeout", help="Seconds per try", panel=_CLIENT)] = 600.0,
+    retry: Annotated[
+        str, _opt("--retry", help="none, immediate or exponential", panel=_CLIENT)
+    ] = "none",
+    max_retries: Annotated[int, _opt("--max-retries", help="Retries", panel=_CLIENT)] = 3,
+    retry_base: Annotated[
+        float, _opt("--retry-base", help="Backoff base seconds", panel=_CLIENT)
+    ] = 0.5,
+    retry_cap: Annotated[
+        float, _opt("--retry-cap", help="Backoff cap seconds", panel=_CLIENT)
+    ] = 8.0,
+    honor_retry_after: Annotated[
+        bool,
+        _opt(
+            "--honor-retry-after/--ignore-retry-after",
+            help="Wait as told by 429",
+            panel=_CLIENT,
+        ),
+    ] = True,
+    retry_budget: Annotated[
+        float | None,
+        _opt("--retry-budget", help="Max retries per request, e.g. 0.2", panel=_CLIENT),
+    ] = None,
+    scrape_metrics: Annotated[
+        bool, _opt("--scrape-metrics", help="Poll the target's /metrics each second", panel=_OUT)
+    ] = False,
+    metrics_url: Annotated[
+        str | None, _opt("--metrics-url", help="Scrape this /metrics URL instead", panel=_OUT)
+    ] = None,
+    slo: Annotated[str, _opt("--slo", help="SLO seconds", panel=_OUT)] = ("ttft=0.5,tpot=0.05"),
+    report: Annotated[
+        Path | None, _opt("--report", help="Write an HTML report here", panel=_OUT)
+    ] = None,
+    force: Annotated[
+        bool, _opt("--force", help="Overwrite a run already in --out", panel=_OUT)
+    ] = False,
+    quiet: Annotated[bool, _opt("--quiet", help="No progress line", panel=_OUT)] = False,
+) -> None:
+    """Send bursty or steady load and measure TTFT/TPOT/ITL/E2E per request.
+
+    Exactly one of --pattern, --workload or --concurrency picks the load, except with
+    --scenario steady-vs-burst (steady: --concurrency users, default 32, or Poisson at
+    --rate; burst: the seed's pattern at the steady leg's measured rate).
+    """
+    from burstguard.bench.preflight import check_target
+    from burstguard.bench.runner import BenchConfig
+    from burstguard.bench.summary import Slo
+    from burstguard.client.retry import RETRY_MODES, RetryPolicy
+
+    if api not in ("chat", "completions"):
+        raise UserError(f"--api {api!r}: use chat or completions")
+    if retry not in RETRY_MODES:
+        raise UserError(f"--retry {retry!r}: use one of {', '.join(RETRY_MODES)}")
+    if speedup <= 0 or timeout <= 0:
+        raise UserError("--speedup and --timeout must be > 0")
+    if concurrency is not None and concurrency < 1:
+        raise UserError("--concurrency must be >= 1")
+    chosen = sum(x is not None for x in (pattern_spec, workload_file, concurrency))
+    if scenario is None and chosen != 1:
+        raise UserError("give exactly one of --pattern NAME, --workload FILE, --concurrency N")
+    if scenario is not None and scenario not in SCENARIOS:
+        raise UserError(f"--scenario {scenario!r}: use one of {', '.join(SCENARIOS)}")
+    try:
+        slo_target = Slo.parse(slo)
+        policy = RetryPolicy(
+            mode=retry, max_retries=max_retries, base_s=retry_base,  # type: ignore[arg-type]
+            cap_s=retry_cap, honor_retry_after=honor_retry_after,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    _check_out(out, force)
+    base, served = check_target(target, model)
+    prompts = None
+    if prompt_file is not None:
+        from burstguard.bench.payload import load_prompt_file
+
+        prompts = load_prompt_file(prompt_file)
+    config = BenchConfig(
+        target=base, model=served, out_dir=out, api=api,  # type: ignore[arg-type]
+        stream=stream, ignore_eos=ignore_eos, send_priority=send_priority, prompts=prompts,
+        timeout_s=timeout, retry=policy, retry_budget=retry_budget, concurrency=concurrency,
+        think_time_s=think_time, speedup=speedup,
+        duration_s=None if workload_file else shape_spec.duration_s,  # a trace runs to its end
+        scrape_url=metrics_url or (f"{base}/metrics" if scrape_metrics else None),
+        slo=slo_target, seed=shape_spec.seed,
+    )  # fmt: skip
+    if scenario == "steady-vs-burst":
+        passed = _steady_vs_burst(config, shape_spec, pattern_spec, report, quiet)
+        if not passed:
+            raise typer.Exit(code=1)
+        return
+    summary = _one_leg(
+        config,
+        _workload(pattern_spec, shape_spec, workload_file, trace_format, window, speed),
+        quiet,
+    )
+    if report is not None:
+        from burstguard.report.cli import load_run
+        from burstguard.report.html import write_run_report
+
+        write_run_report(*load_run(out), report, title=f"burstguard bench: {base}")
+        print(f"report written to {report}")
+    _print_summary(summary, out)
+
+
+def _check_out(out: Path, force: bool) -> None:
+    held = [p for p in (out / "records.jsonl", out / "summary.json") if p.exists()]
+    held += [p for p in (out / "steady", out / "burst") if p.exists()]
+    if held and not force:
+        raise UserError(f"{out} already holds a run ({held[0].name}); use --force or a new --out")
+
+
+def _workload(
+    pattern_spec: PatternSpec | None,
+    shape_spec: PatternSpec,
+    workload_file: Path | None,
+    trace_format: str | None,
+    window: str | None,
+    speed: float,
+) -> Any:
+    from burstguard.workload.synth import synthesize
+    from burstguard.workload.traces import load_workload
+    from burstguard.workload.transform import window_and_speed
+
+    if workload_file is not None:
+        workload = window_and_speed(load_workload(workload_file, trace_format), window, speed)
+    elif pattern_spec is not None:
+        workload = synthesize(pattern_spec)
+    else:  # closed loop: a pool of request shapes, used in turn
+        pool = max(1000, min(100_000, int(shape_spec.duration_s * 200)))
+        workload = synthesize(
+            dataclasses.replace(
+                shape_spec, pattern="constant", rate=pool / shape_spec.duration_s, envelope=None
+            )
+        )
+    if len(workload) == 0:
+        raise UserError("the workload has no requests")
+    return workload
+
+
+def _one_leg(config: Any, workload: Any, quiet: bool) -> dict[str, Any]:
+    from burstguard.bench.progress import make_reporter
+    from burstguard.bench.runner import run_bench
+
+    return run_bench(config, workload, make_reporter(config.label, quiet))
+
+
+def _steady_vs_burst(
+    config: Any,
+    shape_spec: PatternSpec,
+    pattern_spec: PatternSpec | None,
+    report: Path | None,
+    quiet: bool,
+) -> bool:
+    """Steady leg, then the burst leg at the steady leg's measured request rate."""
+    from burstguard.bench.compare import Thresholds
+    from burstguard.report.cli import run_compare
+    from burstguard.report.table import print_verdict
+    from burstguard.workload.synth import synthesize
+
+    out = config.out_dir
+    rate = pattern_spec.rate if pattern_spec is not None else None
+    steady_cfg = dataclasses.replace(config, out_dir=out / "steady", label="steady")
+    if rate is None:
+        steady_cfg.concurrency = config.concurrency or 32
+        steady_wl = _workload(None, shape_spec, None, None, None, 1.0)
+    else:
+        steady_cfg.concurrency = None
+        steady_wl = synthesize(dataclasses.replace(shape_spec, pattern="poisson", rate=rate))
+    steady = _one_leg(steady_cfg, steady_wl, quiet)
+    matched = steady["requests"] / steady["duration_s"]
+    burst_spec = dataclasses.replace(shape_spec, pattern="burst", rate=matched)
+    burst_cfg = dataclasses.replace(config, out_dir=out / "burst", label="burst", concurrency=None)
+    _one_leg(burst_cfg, synthesize(burst_spec), quiet)
+    verdict, legs = run_compare(out / "steady", out / "burst", Thresholds())
+    title = f"steady vs seed bursts at {matched:.2f} req/s"
+    print_verdict(verdict, title=title)
+    (out / "verdict.json").write_text(json.dumps(verdict.to_dict(), indent=2) + "\n")
+    if report is not None:
+        from burstguard.report.html import write_compare_report
+
+        write_compare_report(legs, verdict, report, title=f"burstguard: {title}")
+        print(f"report written to {report}")
+    return verdict.passed
+
+
+def _print_summary(summary: dict[str, Any], out: Path) -> None:
+    def ms(block: dict[str, Any], key: str) -> str:
+        value = block.get(key)
+        return "-" if value is None else f"{value * 1000:.1f} ms"
+
+    t, tp, e, lag = (summary[k] for k in ("ttft_s", "tpot_s", "e2e_s", "schedule_lag_s"))
+    slo = summary["slo_attainment"]
+    print(
+        f"{summary['requests']} requests, {summary['completed']} completed, "
+        f"{summary['errors']} errors, {summary['retries']} retries\n"
+        f"TTFT p50 {ms(t, 'p50')}  p95 {ms(t, 'p95')}  p99 {ms(t, 'p99')}\n"
+        f"TPOT p50 {ms(tp, 'p50')}  p95 {ms(tp, 'p95')}   E2E p95 {ms(e, 'p95')}\n"
+        f"schedule lag p50 {ms(lag, 'p50')}  p99 {ms(lag, 'p99')}\n"
+        f"offered {summary['offered_rate_rps']:.2f} req/s, achieved "
+        f"{summary['achieved_rate_rps']:.2f} req/s, {summary['output_tokens_per_s']:.0f} tok/s, "
+        f"SLO attainment {'-' if slo is None else f'{slo:.1%}'}\n"
+        f"results in {out}/ (records.jsonl, summary.json)"
+    )
+
 
 def register(app: typer.Typer) -> None:
-    """Adds this area's commands to the burstguard app."""
+    """Adds bench."""
+    app.command()(bench)

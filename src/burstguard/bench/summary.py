@@ -82,9 +82,7 @@ def _latency_block(records: Sequence[RequestRecord], slo: Slo) -> dict[str, Any]
 def per_second_series(records: Sequence[RequestRecord], duration_s: float) -> dict[str, list]:
     """Per-second bins: offered (scheduled), started (sent), completed, in flight at the
     bin's end, errors (by end time), and p95 TTFT of requests sent in the bin."""
-    ends = [
-        (r.sent_s or r.scheduled_s) + (r.e2e_s or 0.0) for r in records if r.sent_s is not None
-    ]
+    ends = [(r.sent_s or r.scheduled_s) + (r.e2e_s or 0.0) for r in records if r.sent_s is not None]
     horizon = max([duration_s, *ends, *(r.scheduled_s for r in records)], default=0.0)
     n = max(1, math.ceil(horizon))
     edges = np.arange(n + 1, dtype=np.float64)

@@ -43,17 +43,9 @@ def analyze(
 
     if plot is not None and plot.suffix.lower() not in (".png", ".html"):
         raise UserError(f"--plot {plot}: use a .png or .html file name")
-    from burstguard.workload.transform import scale_rate, slice_window
+    from burstguard.workload.transform import window_and_speed
 
-    workload = load_workload(trace, fmt)
-    if window:
-        start, sep, end = window.partition("-")
-        try:
-            workload = slice_window(workload, float(start), float(end) if sep else None)
-        except ValueError:
-            raise UserError(f"--window {window!r}: expected START-END in seconds") from None
-    if speed != 1.0:
-        workload = scale_rate(workload, speed)
+    workload = window_and_speed(load_workload(trace, fmt), window, speed)
     if len(workload) == 0:
         raise UserError(f"{trace}: no requests in the trace")
     result = analyze_workload(workload)

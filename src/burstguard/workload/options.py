@@ -2,7 +2,8 @@
 
 The decorator rewrites the command's `__signature__` so typer sees the flags, and calls the
 command with `pattern_spec: PatternSpec | None` (None when `--pattern` was not given, for
-commands where the pattern is optional).
+commands where the pattern is optional). A command that also takes `shape_spec` gets the
+request shapes and mixes even without `--pattern` (bench's closed loop needs lengths only).
 """
 
 from __future__ import annotations
@@ -117,13 +118,19 @@ def pattern_options(positional: bool = False) -> Callable[[F], F]:
         sig = inspect.signature(func, eval_str=True)
         if "pattern_spec" not in sig.parameters:
             raise TypeError(f"{func.__name__} must accept a `pattern_spec` parameter")
-        kept = [p for p in sig.parameters.values() if p.name != "pattern_spec"]
+        wants_shape = "shape_spec" in sig.parameters
+        injected = ("pattern_spec", "shape_spec")
+        kept = [p for p in sig.parameters.values() if p.name not in injected]
         added = _params(positional)
         names = [p.name for p in added]
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             values = {name[3:]: kwargs.pop(name) for name in names}
+            if wants_shape:
+                kwargs["shape_spec"] = spec_from_values(
+                    {**values, "pattern": values["pattern"] or "constant"}
+                )
             return func(*args, pattern_spec=spec_from_values(values), **kwargs)
 
         head = [p for p in added if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]

@@ -110,3 +110,14 @@ def _flags(workload: Workload) -> np.ndarray:
     if workload.failed is not None:
         return workload.failed
     return np.zeros(len(workload), dtype=bool)
+
+
+def window_and_speed(workload: Workload, window: str | None, speed: float) -> Workload:
+    """The `--window START-END` and `--speed K` flags of analyze and bench, applied."""
+    if window:
+        start, sep, end = window.partition("-")
+        try:
+            workload = slice_window(workload, float(start), float(end) if sep else None)
+        except ValueError:
+            raise UserError(f"--window {window!r}: expected START-END in seconds") from None
+    return scale_rate(workload, speed) if speed != 1.0 else workload

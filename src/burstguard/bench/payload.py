@@ -1,0 +1,107 @@
+"""Request bodies for a workload: deterministic prompts of the requested token length.
+
+Prompts are burstguard's filler text (`emulator.tokens`: 4 characters per token), so the
+emulator counts exactly the requested prompt tokens; each prompt starts with its request id
+so a real engine's prefix cache cannot serve one request from another's blocks. A prompt
+file replaces the filler (its lines or JSONL `prompt` fields, used in turn).
+Labels travel as headers the gateway reads (`x-burstguard-class`, `x-burstguard-tenant`)
+and, with `send_priority`, as vLLM's `priority` field (interactive 0, standard 1, batch 2) —
+off by default because vLLM rejects a non-zero priority unless it runs
+`--scheduling-policy priority`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from burstguard.emulator.tokens import (
+    CHARS_PER_TOKEN,
+    CHAT_REPLY_TOKENS,
+    CHAT_TOKENS_PER_MESSAGE,
+    filler_text,
+)
+from burstguard.errors import UserError
+from burstguard.workload.spec import RequestSpec, priority_of
+
+Api = Literal["chat", "completions"]
+CLASS_HEADER = "x-burstguard-class"
+TENANT_HEADER = "x-burstguard-tenant"
+API_PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+
+def load_prompt_file(path: Path) -> list[str]:
+    """Prompts from a text file (one per line) or JSONL with a `prompt` (or `text`) field."""
+    try:
+        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    except OSError as exc:
+        raise UserError(f"--prompt-file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"--prompt-file {path}: not UTF-8 text") from None
+    prompts: list[str] = []
+    for lineno, line in enumerate(lines, 1):
+        if line.lstrip().startswith("{"):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{path}:{lineno}: bad JSON: {exc.msg}") from None
+            text = obj.get("prompt", obj.get("text")) if isinstance(obj, dict) else None
+            if not isinstance(text, str):
+                raise UserError(f"{path}:{lineno}: expected a string `prompt` field")
+            prompts.append(text)
+        else:
+            prompts.append(line)
+    if not prompts:
+        raise UserError(f"--prompt-file {path}: no prompts in it")
+    return prompts
+
+
+@dataclass
+class PayloadBuilder:
+    """Turns a RequestSpec into (path, JSON body bytes, headers) for one API."""
+
+    model: str
+    api: Api = "chat"
+    stream: bool = True
+    ignore_eos: bool = True
+    send_priority: bool = False
+    prompts: list[str] | None = None
+    _filler: str = ""
+
+    def _text(self, spec: RequestSpec, index: int, tokens: int) -> str:
+        if self.prompts:
+            return self.prompts[index % len(self.prompts)]
+        tag = f"[{spec.id}]"
+        tag += " " * (-len(tag) % CHARS_PER_TOKEN)
+        n_chars = max(0, tokens * CHARS_PER_TOKEN - len(tag))
+        if len(self._filler) < n_chars:
+            self._filler = filler_text(max(n_chars // CHARS_PER_TOKEN * 2, 4096))
+        return tag + self._filler[:n_chars]
+
+    def body(self, spec: RequestSpec, index: int) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "max_tokens": max(1, spec.max_tokens)}
+        if self.api == "chat":
+            overhead = CHAT_TOKENS_PER_MESSAGE + CHAT_REPLY_TOKENS
+            text = self._text(spec, index, max(1, spec.prompt_tokens - overhead))
+            body["messages"] = [{"role": "user", "content": text}]
+        else:
+            body["prompt"] = self._text(spec, index, max(1, spec.prompt_tokens))
+        if self.stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        if self.ignore_eos:
+            body["ignore_eos"] = True
+        if self.send_priority and spec.priority_class is not None:
+            body["priority"] = priority_of(spec.priority_class)
+        return body
+
+    def encode(self, spec: RequestSpec, index: int) -> tuple[str, bytes, dict[str, str]]:
+        headers = {"Content-Type": "application/json"}
+        if spec.priority_class is not None:
+            headers[CLASS_HEADER] = str(spec.priority_class)
+        if spec.tenant is not None:
+            headers[TENANT_HEADER] = str(spec.tenant)
+        data = json.dumps(self.body(spec, index), separators=(",", ":")).encode()
+        return API_PATHS[self.api], data, headers

@@ -1,0 +1,63 @@
+"""Pre-flight checks: fail in seconds with one clear message instead of a run of errors.
+
+The target must answer GET /v1/models as an OpenAI-compatible server and serve the model
+asked for (when no model is given and it serves exactly one, that one is used).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+from burstguard.errors import UserError
+
+
+def normalize_target(url: str) -> str:
+    """`http://host:port`, `http://host:port/` and `http://host:port/v1` -> the base URL."""
+    base = url.strip().rstrip("/")
+    if base.endswith("/v1"):
+        base = base[:-3]
+    if not base.startswith(("http://", "https://")):
+        raise UserError(f"--target {url!r}: expected an http:// or https:// URL")
+    return base
+
+
+def served_models(base: str, timeout_s: float = 5.0) -> list[str]:
+    """The model ids the target lists; UserError when it is unreachable or not OpenAI-like."""
+    url = f"{base}/v1/models"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            body = resp.read(1 << 20)
+    except urllib.error.HTTPError as exc:
+        raise UserError(
+            f"{base} does not look like an OpenAI-compatible server: "
+            f"GET /v1/models returned HTTP {exc.code}"
+        ) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise UserError(f"cannot reach {base}: {reason}") from None
+    try:
+        data = json.loads(body)
+        models = [str(m["id"]) for m in data["data"]]
+    except (ValueError, KeyError, TypeError):
+        raise UserError(
+            f"{base} does not look like an OpenAI-compatible server: "
+            "GET /v1/models did not return a model list"
+        ) from None
+    return models
+
+
+def check_target(target: str, model: str | None) -> tuple[str, str]:
+    """Returns (base URL, model name) after checking the target serves that model."""
+    base = normalize_target(target)
+    models = served_models(base)
+    if model is None:
+        if len(models) != 1:
+            listed = ", ".join(models) or "none"
+            raise UserError(f"give --model: {base} serves {listed}")
+        return base, models[0]
+    if model not in models:
+        listed = ", ".join(models) or "none"
+        raise UserError(f"model {model!r} is not served by {base} (it serves: {listed})")
+    return base, model

@@ -1,0 +1,371 @@
+"""The load generator: open loop at absolute scheduled times, or closed loop of N users.
+
+Open loop: every request is sent at `origin + arrival / speedup` on the monotonic clock, so
+lateness never accumulates, and each record keeps its scheduled and actual send time — the
+summary's `schedule_lag_s` shows when the client itself was the bottleneck (coordinated
+omission) instead of silently bending the result. Closed loop: each user sends its next
+request when the previous one ends (plus think time), the seed's steady baseline.
+
+Times in records are in the target's time: wall seconds x `speedup` (1 for a real server;
+an emulator started with `--speedup X` runs engine time X times faster). With retries,
+TTFT and E2E count from the first try, as the user waiting for the answer sees them.
+Records are appended as each request ends; SIGINT/SIGTERM stops sending, waits up to
+`grace_s` for what is in flight (a second signal stops at once) and still summarises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from burstguard.bench import stream
+from burstguard.bench.payload import Api, PayloadBuilder
+from burstguard.bench.records import RecordWriter, RequestRecord
+from burstguard.bench.summary import Slo, summarize, write_summary
+from burstguard.client.retry import RetryBudget, RetryPolicy
+from burstguard.scrape import MetricsPoller
+from burstguard.workload.spec import RequestSpec, Workload
+
+SLEEP_SLICE_S = 0.25
+"""Long waits are cut into slices so a stop signal is noticed promptly."""
+
+
+@dataclass
+class BenchConfig:
+    """One bench leg. `concurrency` set -> closed loop for `duration_s`; else open loop."""
+
+    target: str
+    model: str
+    out_dir: Path
+    api: Api = "chat"
+    stream: bool = True
+    ignore_eos: bool = True
+    send_priority: bool = False
+    prompts: list[str] | None = None
+    timeout_s: float | None = 600.0
+    retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(mode="none"))
+    retry_budget: float | None = None
+    concurrency: int | None = None
+    think_time_s: float = 0.0
+    duration_s: float | None = None
+    speedup: float = 1.0
+    scrape_url: str | None = None
+    slo: Slo = field(default_factory=Slo)
+    drain_s: float | None = None
+    grace_s: float = 5.0
+    seed: int = 0
+    max_connections: int = 0
+    label: str = "bench"
+
+
+def _us(seconds: float) -> float:
+    """Rounded to the microsecond: the clock's useful resolution, and shorter JSONL."""
+    return round(seconds, 6)
+
+
+@dataclass
+class LiveCounts:
+    """What the progress line shows; updated as requests start and end."""
+
+    started_at: float = field(default_factory=time.monotonic)
+    sent: int = 0
+    in_flight: int = 0
+    done: int = 0
+    errors: int = 0
+    retries: int = 0
+    recent_ttft: list[float] = field(default_factory=list)
+
+    def ttft_p95(self) -> float | None:
+        if not self.recent_ttft:
+            return None
+        ordered = sorted(self.recent_ttft[-200:])
+        return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+Reporter = Callable[[LiveCounts, bool], None]
+
+
+class _Run:
+    """State of one running leg (one event loop)."""
+
+    def __init__(self, config: BenchConfig, writer: RecordWriter, reporter: Reporter | None):
+        self.config = config
+        self.writer = writer
+        self.reporter = reporter
+        self.base = config.target.rstrip("/")
+        self.payload = PayloadBuilder(
+            config.model, config.api, config.stream, config.ignore_eos,
+            config.send_priority, config.prompts,
+        )  # fmt: skip
+        self.budget = RetryBudget(ratio=config.retry_budget) if config.retry_budget else None
+        self.rng = random.Random(config.seed)
+        self.records: list[RequestRecord] = []
+        self.live = LiveCounts()
+        self.stop = asyncio.Event()
+        self.abort = asyncio.Event()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.origin = 0.0
+        self.session: aiohttp.ClientSession | None = None
+
+    # --- time -------------------------------------------------------------------------
+    def target_s(self, wall: float) -> float:
+        """A wall-clock instant as seconds of target time since the origin."""
+        return (wall - self.origin) * self.config.speedup
+
+    async def sleep_until(self, wall: float) -> None:
+        while not self.stop.is_set():
+            delay = wall - time.monotonic()
+            if delay <= 0:
+                return
+            await asyncio.sleep(min(delay, SLEEP_SLICE_S))
+
+    # --- one request ------------------------------------------------------------------
+    async def request(self, spec: RequestSpec, index: int, scheduled_s: float) -> None:
+        cfg = self.config
+        path, data, headers = self.payload.encode(spec, index)
+        record = RequestRecord(
+            id=spec.id, scheduled_s=scheduled_s,
+            priority_class=spec.priority_class, tenant=spec.tenant,
+        )  # fmt: skip
+        self.live.sent += 1
+        self.live.in_flight += 1
+        if self.budget is not None:
+            self.budget.on_request()
+        first: float | None = None
+        try:
+            while True:
+                assert self.session is not None
+                attempt = await stream.send(
+                    self.session, self.base + path, data, headers,
+                    stream=cfg.stream, timeout_s=cfg.timeout_s,
+                )  # fmt: skip
+                if first is None:
+                    first = attempt.started
+                    record.sent_s = _us(self.target_s(first))
+                self._fill(record, attempt, first)
+                if attempt.ok:
+                    break
+                if attempt.retry_after_s is not None:
+                    record.retry_after_s = attempt.retry_after_s
+                http = attempt.error is not None and attempt.error.startswith("http_")
+                decision = cfg.retry.decide(
+                    record.retries, status=attempt.status if http else None,
+                    error=attempt.error, retry_after_s=attempt.retry_after_s,
+                    budget=self.budget, rng=self.rng,
+                )  # fmt: skip
+                if not decision.retry or self.stop.is_set():
+                    break
+                record.attempts.append(
+                    {"sent_s": self.target_s(attempt.started), "status": attempt.status,
+                     "error": attempt.error, "retry_after_s": attempt.retry_after_s,
+                     "delay_s": decision.delay_s, "detail": attempt.detail}
+                )  # fmt: skip
+                record.retries += 1
+                self.live.retries += 1
+                await asyncio.sleep(decision.delay_s)
+        except asyncio.CancelledError:
+            record.error = "cancelled"
+            raise
+        finally:
+            if record.sent_s is None and first is None and record.error is None:
+                record.error = "cancelled"
+            self._finish(record)
+
+    def _fill(self, record: RequestRecord, attempt: stream.Attempt, first: float) -> None:
+        k = self.config.speedup
+        offset = attempt.started - first
+        record.status = attempt.status
+        record.error = attempt.error
+        record.ttft_s = None if attempt.ttft_s is None else _us((offset + attempt.ttft_s) * k)
+        record.e2e_s = None if attempt.e2e_s is None else _us((offset + attempt.e2e_s) * k)
+        record.itl_s = [_us(x * k) for x in attempt.itl_s]
+        record.prompt_tokens = attempt.prompt_tokens
+        record.completion_tokens = attempt.completion_tokens
+
+    def _finish(self, record: RequestRecord) -> None:
+        self.records.append(record)
+        self.writer.write(record)
+        self.live.in_flight -= 1
+        self.live.done += 1
+        if not record.ok:
+            self.live.errors += 1
+        elif record.ttft_s is not None:
+            self.live.recent_ttft.append(record.ttft_s)
+            if len(self.live.recent_ttft) > 400:
+                del self.live.recent_ttft[:200]
+
+    def spawn(self, spec: RequestSpec, index: int, scheduled_s: float) -> None:
+        task = asyncio.get_running_loop().create_task(self.request(spec, index, scheduled_s))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    # --- loops ------------------------------------------------------------------------
+    async def open_loop(self, workload: Workload, end_s: float | None) -> None:
+        k = self.config.speedup
+        arrivals = workload.arrival_s
+        for i in range(len(workload)):
+            at = float(arrivals[i])
+            if end_s is not None and at > end_s:
+                break
+            await self.sleep_until(self.origin + at / k)
+            if self.stop.is_set():
+                break
+            self.spawn(workload.spec(i), i, at)
+
+    async def closed_loop(self, workload: Workload, users: int, duration_s: float) -> None:
+        k = self.config.speedup
+        end = self.origin + duration_s / k
+        counter = iter(range(1 << 62))
+
+        def next_spec() -> tuple[int, RequestSpec]:
+            n = next(counter)
+            spec = workload.spec(n % len(workload))
+            return n, dataclasses.replace(spec, id=f"c{n}")
+
+        async def user() -> None:
+            while not self.stop.is_set() and time.monotonic() < end:
+                n, spec = next_spec()
+                await self.request(spec, n, self.target_s(time.monotonic()))
+                if self.config.think_time_s > 0:
+                    await self.sleep_until(time.monotonic() + self.config.think_time_s / k)
+
+        for _ in range(users):
+            self.spawn_user(user)
+        while self.tasks and not self.stop.is_set() and time.monotonic() < end:
+            await asyncio.sleep(min(SLEEP_SLICE_S, max(0.0, end - time.monotonic())))
+
+    def spawn_user(self, user: Callable[[], Any]) -> None:
+        task = asyncio.get_running_loop().create_task(user())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def drain(self) -> None:
+        """Waits for in-flight requests (drain_s, or grace_s after a stop); then cancels."""
+        cfg = self.config
+        limit = cfg.grace_s if self.stop.is_set() else (cfg.drain_s or cfg.timeout_s or 600.0)
+        deadline = time.monotonic() + limit
+        while self.tasks and not self.abort.is_set():
+            if self.stop.is_set():
+                deadline = min(deadline, time.monotonic() + cfg.grace_s)
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.05)
+        for task in list(self.tasks):
+            task.cancel()
+        if self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    def on_signal(self) -> None:
+        if self.stop.is_set():
+            self.abort.set()
+        self.stop.set()
+
+    async def progress(self) -> None:
+        if self.reporter is None:
+            return
+        while True:
+            self.reporter(self.live, False)
+            await asyncio.sleep(0.5)
+
+
+async def _run(
+    config: BenchConfig, workload: Workload, writer: RecordWriter, reporter: Reporter | None
+) -> tuple[_Run, MetricsPoller | None, bool]:
+    run = _Run(config, writer, reporter)
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, run.on_signal)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+    connector = aiohttp.TCPConnector(limit=config.max_connections, force_close=False)
+    run.session = aiohttp.ClientSession(connector=connector)
+    run.origin = time.monotonic() + 0.05
+    run.live.started_at = run.origin
+    poller = None
+    sink = None
+    if config.scrape_url:
+        sink = (config.out_dir / "metrics.jsonl").open("w", encoding="utf-8")
+        poller = MetricsPoller(
+            config.scrape_url, interval_s=max(0.1, 1.0 / config.speedup),
+            origin=run.origin, sink=sink,
+        )  # fmt: skip
+        poller.start()
+    progress = loop.create_task(run.progress())
+    try:
+        if config.concurrency:
+            await run.closed_loop(workload, config.concurrency, config.duration_s or 60.0)
+        else:
+            await run.open_loop(workload, config.duration_s)
+        await run.drain()
+    finally:
+        progress.cancel()
+        if poller is not None:
+            await poller.stop()
+        if sink is not None:
+            sink.close()
+        await run.session.close()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        if reporter is not None:
+            reporter(run.live, True)
+    return run, poller, run.stop.is_set()
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def run_bench(
+    config: BenchConfig, workload: Workload, reporter: Reporter | None = None
+) -> dict[str, Any]:
+    """Runs one leg; writes DIR/records.jsonl (as it goes) and DIR/summary.json."""
+    config.out_dir.mkdir(parents=True, exist_ok=True)
+    records_path = config.out_dir / "records.jsonl"
+    records_path.unlink(missing_ok=True)
+    with RecordWriter(records_path) as writer, asyncio.Runner(loop_factory=_new_loop) as runner:
+        run, poller, interrupted = runner.run(_run(config, workload, writer, reporter))
+    if config.concurrency:
+        duration = config.duration_s or 60.0
+    else:
+        duration = config.duration_s or (float(workload.arrival_s[-1]) if len(workload) else 0.0)
+    extra: dict[str, Any] = {
+        "label": config.label,
+        "target": config.target,
+        "model": config.model,
+        "api": config.api,
+        "stream": config.stream,
+        "mode": "closed" if config.concurrency else "open",
+        "concurrency": config.concurrency,
+        "speedup": config.speedup,
+        "retry": dataclasses.asdict(config.retry),
+        "attempts": len(run.records) + sum(r.retries for r in run.records),
+        "interrupted": interrupted,
+        "workload": {"source": workload.source, **{k: v for k, v in workload.meta.items()}},
+    }
+    if poller is not None:
+        series = poller.series()
+        series["t"] = [t * config.speedup for t in series["t"]]
+        extra["server_series"] = series
+        extra["scrape_errors"] = poller.errors
+    summary = summarize(
+        run.records, duration_s=duration, slo=config.slo, source="bench", extra=extra
+    )
+    summary["attempt_rate_rps"] = summary["attempts"] / max(duration, 1e-9)
+    write_summary(config.out_dir / "summary.json", summary)
+    return summary
