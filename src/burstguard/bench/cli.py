@@ -42,6 +42,10 @@ def bench(
     think_time: Annotated[
         float, _opt("--think-time", help="Closed loop: seconds between a user's requests")
     ] = 0.0,
+    ramp_up: Annotated[
+        float | None,
+        _opt("--ramp-up", help="Closed loop: spread user starts over S (default duration/10)"),
+    ] = None,
     scenario: Annotated[
         str | None, _opt("--scenario", help="steady-vs-burst: run both legs and compare")
     ] = None,
@@ -116,6 +120,8 @@ def bench(
         raise UserError("--speedup and --timeout must be > 0")
     if concurrency is not None and concurrency < 1:
         raise UserError("--concurrency must be >= 1")
+    if (ramp_up or 0.0) < 0 or think_time < 0:
+        raise UserError("--ramp-up and --think-time must be >= 0")
     chosen = sum(x is not None for x in (pattern_spec, workload_file, concurrency))
     if scenario is None and chosen != 1:
         raise UserError("give exactly one of --pattern NAME, --workload FILE, --concurrency N")
@@ -141,6 +147,7 @@ def bench(
         stream=stream, ignore_eos=ignore_eos, send_priority=send_priority, prompts=prompts,
         timeout_s=timeout, retry=policy, retry_budget=retry_budget, concurrency=concurrency,
         think_time_s=think_time, speedup=speedup,
+        ramp_up_s=min(10.0, shape_spec.duration_s / 10) if ramp_up is None else ramp_up,
         duration_s=None if workload_file else shape_spec.duration_s,  # a trace runs to its end
         scrape_url=metrics_url or (f"{base}/metrics" if scrape_metrics else None),
         slo=slo_target, seed=shape_spec.seed,
@@ -162,6 +169,9 @@ def bench(
         write_run_report(*load_run(out), report, title=f"burstguard bench: {base}")
         print(f"report written to {report}")
     _print_summary(summary, out)
+    if summary["interrupted"]:
+        print("interrupted: the summary covers the requests that were sent")
+        raise typer.Exit(code=130)
 
 
 def _check_out(out: Path, force: bool) -> None:
@@ -229,6 +239,9 @@ def _steady_vs_burst(
         steady_cfg.concurrency = None
         steady_wl = synthesize(dataclasses.replace(shape_spec, pattern="poisson", rate=rate))
     steady = _one_leg(steady_cfg, steady_wl, quiet)
+    if steady["interrupted"]:
+        print(f"interrupted during the steady leg; its results are in {out / 'steady'}")
+        raise typer.Exit(code=130)
     matched = steady["requests"] / steady["duration_s"]
     burst_spec = dataclasses.replace(shape_spec, pattern="burst", rate=matched)
     burst_cfg = dataclasses.replace(config, out_dir=out / "burst", label="burst", concurrency=None)

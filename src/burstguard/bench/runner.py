@@ -4,7 +4,9 @@ Open loop: every request is sent at `origin + arrival / speedup` on the monotoni
 lateness never accumulates, and each record keeps its scheduled and actual send time — the
 summary's `schedule_lag_s` shows when the client itself was the bottleneck (coordinated
 omission) instead of silently bending the result. Closed loop: each user sends its next
-request when the previous one ends (plus think time), the seed's steady baseline.
+request when the previous one ends (plus think time), the seed's steady baseline; users
+start spread over `ramp_up_s`, else equal-length requests keep them in lock-step and the
+"steady" leg is itself a train of bursts.
 
 Times in records are in the target's time: wall seconds x `speedup` (1 for a real server;
 an emulator started with `--speedup X` runs engine time X times faster). With retries,
@@ -20,7 +22,7 @@ import dataclasses
 import random
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,7 @@ class BenchConfig:
     retry_budget: float | None = None
     concurrency: int | None = None
     think_time_s: float = 0.0
+    ramp_up_s: float = 0.0
     duration_s: float | None = None
     speedup: float = 1.0
     scrape_url: str | None = None
@@ -231,20 +234,22 @@ class _Run:
             spec = workload.spec(n % len(workload))
             return n, dataclasses.replace(spec, id=f"c{n}")
 
-        async def user() -> None:
+        async def user(start_wall: float) -> None:
+            await self.sleep_until(start_wall)
             while not self.stop.is_set() and time.monotonic() < end:
                 n, spec = next_spec()
                 await self.request(spec, n, self.target_s(time.monotonic()))
                 if self.config.think_time_s > 0:
                     await self.sleep_until(time.monotonic() + self.config.think_time_s / k)
 
-        for _ in range(users):
-            self.spawn_user(user)
+        ramp = self.config.ramp_up_s / k
+        for u in range(users):
+            self.spawn_user(user(self.origin + ramp * u / users))
         while self.tasks and not self.stop.is_set() and time.monotonic() < end:
             await asyncio.sleep(min(SLEEP_SLICE_S, max(0.0, end - time.monotonic())))
 
-    def spawn_user(self, user: Callable[[], Any]) -> None:
-        task = asyncio.get_running_loop().create_task(user())
+    def spawn_user(self, user: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(user)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
