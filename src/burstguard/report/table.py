@@ -78,4 +78,8 @@ def verdict_table(verdict: Verdict, title: str = "steady vs burst") -> Table:
 
 
 def print_verdict(verdict: Verdict, console: Console | None = None, title: str = "") -> None:
-    (console or Console()).print(verdict_table(verdict, title or "steady vs burst"))
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # logs and pipes: wide enough that notes do not wrap
+            console = Console(width=120)
+    console.print(verdict_table(verdict, title or "steady vs burst"))
