@@ -125,7 +125,9 @@ def error_response(
     """OpenAI's error shape: {"error": {"message", "type", "param", "code"}}."""
     body = {"error": {"message": message, "type": err_type, "param": None, "code": code}}
     return Response(
-        json.dumps(body).encode(), status_code=status, headers=headers,
+        json.dumps(body).encode(),
+        status_code=status,
+        headers=headers,
         media_type="application/json",
     )
 
@@ -209,13 +211,21 @@ def openapi_schema() -> dict[str, Any]:
             },
             "/v1/completions": {"post": _generation_op("text completion", "CompletionRequest")},
             "/v1/models": {
-                "get": {"summary": "the backends' models", "responses": {
-                    "200": ok_json, "401": _error("bad key"), "503": _error("no backend")}}
+                "get": {
+                    "summary": "the backends' models",
+                    "responses": {
+                        "200": ok_json,
+                        "401": _error("bad key"),
+                        "503": _error("no backend"),
+                    },
+                }
             },
             "/health": {"get": {"summary": "the process is up", "responses": {"200": ok_json}}},
             "/ready": {
-                "get": {"summary": "a backend is reachable", "responses": {
-                    "200": ok_json, "503": _error("no backend reachable")}}
+                "get": {
+                    "summary": "a backend is reachable",
+                    "responses": {"200": ok_json, "503": _error("no backend reachable")},
+                }
             },
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": text}}},
         },

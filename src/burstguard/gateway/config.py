@@ -28,6 +28,10 @@ class BackendConfig(_Strict):
     max_in_flight: int | None = Field(None, ge=1, description="per-backend request cap")
     max_in_flight_tokens: int | None = Field(None, ge=1, description="per-backend token cap")
     metrics_url: str | None = Field(None, description="Prometheus /metrics (None: url/metrics)")
+    connect_timeout_s: float = Field(5.0, gt=0, description="TCP connect timeout")
+    read_timeout_s: float = Field(
+        600.0, gt=0, description="longest silence from the backend (headers or between chunks)"
+    )
 
 
 class ApiKeyConfig(_Strict):
@@ -142,6 +146,7 @@ class GatewayConfig(_Strict):
     default_class: str = "standard"
     default_tenant: str = "default"
     scrape_interval_s: float = Field(0.25, gt=0)
+    log_requests: bool = Field(True, description="one JSON log line per request")
     classes: tuple[ClassConfig, ...] = Field(default_factory=_default_classes, min_length=1)
     policy: PolicyConfig = PolicyConfig()
     admission: AdmissionConfig = AdmissionConfig()

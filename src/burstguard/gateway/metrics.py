@@ -84,8 +84,12 @@ class GaugeSnapshot:
 
 
 class _SnapshotCollector(Collector):
-    def __init__(self, snapshot: Callable[[], GaugeSnapshot], windows: ArrivalWindows,
-                 clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        snapshot: Callable[[], GaugeSnapshot],
+        windows: ArrivalWindows,
+        clock: Callable[[], float],
+    ) -> None:
         self._snapshot = snapshot
         self._windows = windows
         self._clock = clock
@@ -98,40 +102,62 @@ class _SnapshotCollector(Collector):
         for name, n in s.queue_depth.items():
             depth.add_metric([name], n)
         yield depth
-        yield _gauge("burstguard_queue_tokens", "Tokens (prompt + predicted output) queued",
-                     s.queue_tokens)
-        yield _gauge("burstguard_in_flight_requests", "Requests released to the backend",
-                     s.in_flight)
-        yield _gauge("burstguard_in_flight_tokens",
-                     "Tokens (prompt + predicted output) of in-flight requests", s.in_flight_tokens)
+        yield _gauge(
+            "burstguard_queue_tokens", "Tokens (prompt + predicted output) queued", s.queue_tokens
+        )
+        yield _gauge(
+            "burstguard_in_flight_requests", "Requests released to the backend", s.in_flight
+        )
+        yield _gauge(
+            "burstguard_in_flight_tokens",
+            "Tokens (prompt + predicted output) of in-flight requests",
+            s.in_flight_tokens,
+        )
         optional = {
-            "burstguard_in_flight_cap": ("Current (adapted) in-flight request cap",
-                                         s.in_flight_cap),
-            "burstguard_in_flight_tokens_cap": ("Current (adapted) in-flight token budget",
-                                                s.in_flight_tokens_cap),
-            "burstguard_service_rate": ("Measured service rate (tokens or requests per s)",
-                                        s.service_rate),
-            "burstguard_backend_waiting_requests": ("Backend's own waiting queue (scraped)",
-                                                    s.backend_waiting),
-            "burstguard_backend_running_requests": ("Backend's running requests (scraped)",
-                                                    s.backend_running),
-            "burstguard_backend_kv_cache_usage": ("Backend's KV cache usage 0-1 (scraped)",
-                                                  s.backend_kv_usage),
+            "burstguard_in_flight_cap": (
+                "Current (adapted) in-flight request cap",
+                s.in_flight_cap,
+            ),
+            "burstguard_in_flight_tokens_cap": (
+                "Current (adapted) in-flight token budget",
+                s.in_flight_tokens_cap,
+            ),
+            "burstguard_service_rate": (
+                "Measured service rate (tokens or requests per s)",
+                s.service_rate,
+            ),
+            "burstguard_backend_waiting_requests": (
+                "Backend's own waiting queue (scraped)",
+                s.backend_waiting,
+            ),
+            "burstguard_backend_running_requests": (
+                "Backend's running requests (scraped)",
+                s.backend_running,
+            ),
+            "burstguard_backend_kv_cache_usage": (
+                "Backend's KV cache usage 0-1 (scraped)",
+                s.backend_kv_usage,
+            ),
         }
         for name, (doc, value) in optional.items():
             if value is not None:
                 yield _gauge(name, doc, value)
-        yield _gauge("burstguard_backend_up", "1 if the backend answered recently",
-                     1.0 if s.backend_up else 0.0)
+        yield _gauge(
+            "burstguard_backend_up",
+            "1 if the backend answered recently",
+            1.0 if s.backend_up else 0.0,
+        )
         now = self._clock()
-        rate = GaugeMetricFamily("burstguard_arrival_rate",
-                                 "Arrivals per second over the window", labels=["window"])
+        rate = GaugeMetricFamily(
+            "burstguard_arrival_rate", "Arrivals per second over the window", labels=["window"]
+        )
         for w in (1, 10, 60):
             rate.add_metric([f"{w}s"], self._windows.rate(now, w))
         yield rate
         burst = GaugeMetricFamily(
             "burstguard_burst_index",
-            "Peak-to-average of arrivals per bin over the last 60 s", labels=["window"],
+            "Peak-to-average of arrivals per bin over the last 60 s",
+            labels=["window"],
         )
         for b in (1, 5):
             burst.add_metric([f"{b}s"], self._windows.burst_index(now, b))
@@ -150,22 +176,44 @@ class GatewayMetrics:
         self.windows = ArrivalWindows()
         self._clock = clock
         r = self.registry
-        self.requests = Counter("llm_request", "Requests by class and final outcome",
-                                ["class", "outcome"], registry=r)
-        self.arrivals = Counter("burstguard_arrivals", "Requests that arrived, by class",
-                                ["class"], registry=r)
-        self.rejections = Counter("burstguard_rejections", "Requests shed with 429, by reason",
-                                  ["class", "reason"], registry=r)
-        self.errors = Counter("burstguard_upstream_errors", "Backend failures, by kind",
-                              ["kind"], registry=r)
-        self.output_tokens = Counter("burstguard_output_tokens",
-                                     "Output tokens streamed to clients", ["class"], registry=r)
-        self.queue_wait = Histogram("burstguard_queue_wait_seconds",
-                                    "Time from arrival to release to the backend", ["class"],
-                                    buckets=_WAIT_BUCKETS, registry=r)
-        self.ttft = Histogram("burstguard_ttft_seconds",
-                              "Time from arrival at the gateway to the first output token",
-                              ["class"], buckets=_TTFT_BUCKETS, registry=r)
+        self.requests = Counter(
+            "llm_request", "Requests by class and final outcome", ["class", "outcome"], registry=r
+        )
+        self.arrivals = Counter(
+            "burstguard_arrivals", "Requests that arrived, by class", ["class"], registry=r
+        )
+        self.rejections = Counter(
+            "burstguard_rejections",
+            "Requests shed with 429, by reason",
+            ["class", "reason"],
+            registry=r,
+        )
+        self.errors = Counter(
+            "burstguard_upstream_errors", "Backend failures, by kind", ["kind"], registry=r
+        )
+        self.invalid = Counter(
+            "burstguard_invalid_requests",
+            "Requests refused before admission (400, 401, 413), by status",
+            ["status"],
+            registry=r,
+        )
+        self.output_tokens = Counter(
+            "burstguard_output_tokens", "Output tokens streamed to clients", ["class"], registry=r
+        )
+        self.queue_wait = Histogram(
+            "burstguard_queue_wait_seconds",
+            "Time from arrival to release to the backend",
+            ["class"],
+            buckets=_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "burstguard_ttft_seconds",
+            "Time from arrival at the gateway to the first output token",
+            ["class"],
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
         r.register(_SnapshotCollector(snapshot, self.windows, clock))
 
     def arrived(self, cls: str) -> None:
