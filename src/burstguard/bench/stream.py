@@ -9,6 +9,7 @@ classified into the record's error kinds instead of raised.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,14 +41,11 @@ class Attempt:
         return self.error is None
 
 
-def _chunk_content(event: dict[str, Any]) -> bool:
-    """Whether an SSE chunk carries generated content (chat delta or completions text)."""
-    for choice in event.get("choices") or ():
-        delta = choice.get("delta")
-        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-        if text:
-            return True
-    return False
+# A content chunk has a non-empty `delta.content` (chat) or `text` (completions) string.
+# Matching the bytes avoids a JSON parse per token; only chunks that carry usage or an
+# error (or are ambiguous) are parsed.
+_CONTENT = re.compile(rb'"(?:content|text)"\s*:\s*"(?!")')
+_NEEDS_PARSE = re.compile(rb'"usage"\s*:\s*\{|"error"\s*:')
 
 
 def _usage(attempt: Attempt, payload: dict[str, Any]) -> None:
@@ -92,24 +90,24 @@ async def _read_stream(resp: aiohttp.ClientResponse, attempt: Attempt) -> None:
             if body == b"[DONE]":
                 done = True
                 continue
-            try:
-                event = json.loads(body)
-            except ValueError:
-                attempt.error, attempt.detail = "stream_broken", "unparseable SSE event"
-                return
-            if not isinstance(event, dict):
-                continue
-            if "error" in event and not event.get("choices"):
-                attempt.error, attempt.detail = "stream_broken", str(event["error"])[:200]
-                return
-            if _chunk_content(event):
+            if _CONTENT.search(body):
                 tokens += 1
                 if last is None:
                     attempt.ttft_s = now - attempt.started
                 else:
                     attempt.itl_s.append(now - last)
                 last = now
-            _usage(attempt, event)
+            if _NEEDS_PARSE.search(body):
+                try:
+                    event = json.loads(body)
+                except ValueError:
+                    attempt.error, attempt.detail = "stream_broken", "unparseable SSE event"
+                    return
+                if isinstance(event, dict) and "error" in event and not event.get("choices"):
+                    attempt.error, attempt.detail = "stream_broken", str(event["error"])[:200]
+                    return
+                if isinstance(event, dict):
+                    _usage(attempt, event)
     attempt.e2e_s = time.monotonic() - attempt.started
     if attempt.completion_tokens is None:
         attempt.completion_tokens = tokens
