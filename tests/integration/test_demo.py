@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -40,5 +41,9 @@ def test_demo_runs_and_writes_report(tmp_path: Path) -> None:
         text=True, timeout=170,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "SERIOUS" in proc.stdout
+    assert "verdict: FAIL" in proc.stdout
+    verdict = json.loads((tmp_path / "runs" / "demo" / "verdict.json").read_text())
+    assert verdict["passed"] is False
+    ttft = next(c for c in verdict["checks"] if c["name"].startswith("ttft"))
+    assert ttft["status"] in ("fail", "serious") and ttft["value"] > 2, ttft
     assert (tmp_path / "reports" / "demo.html").stat().st_size > 100_000

@@ -8,6 +8,7 @@ past its deadline), cancelled, or failed — and `stats` counts them by class.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -73,6 +74,7 @@ class GatewayCore:
         self._outcomes = {c.name: Counter[str]() for c in config.classes}
         self._rejections = Counter[str]()
         self._ttft: dict[str, list[int]] = {c.name: [0, 0] for c in config.classes}
+        self._return_at = -math.inf  # see _schedule_return
 
     # -- arrivals ---------------------------------------------------------------------
 
@@ -95,14 +97,19 @@ class GatewayCore:
         wait = estimate_wait(work_ahead, rate)
         deadline = cls.queue_deadline_s
         if deadline is not None and wait > deadline:
-            return self._reject(e, "deadline", wait - deadline, wait)
+            return self._reject(e, "deadline", wait - deadline, wait, now)
 
         victims = self._victims(e)
         if victims is None:
-            excess_n = self._queue.count + 1 - self._adm.max_queue_requests
-            excess_t = self._queue.tokens + e.cost - self._adm.max_queue_tokens
-            excess = max(excess_t, 0) if self._adm.rate_unit == "tokens" else max(excess_n, 0)
-            return self._reject(e, "queue_full", estimate_wait(excess, rate), wait)
+            q = self._queue
+            excess_n = max(q.count + 1 - self._adm.max_queue_requests, 0)
+            excess_t = max(q.tokens + e.cost - self._adm.max_queue_tokens, 0)
+            if self._adm.rate_unit == "tokens":  # the request cap may bind: count its tokens
+                mean_cost = (q.tokens + e.cost) / (q.count + 1)
+                excess: float = max(excess_t, excess_n * mean_cost)
+            else:
+                excess = excess_n
+            return self._reject(e, "queue_full", estimate_wait(excess, rate), wait, now)
         for v in victims:
             self._queue.remove(v)
             del self._queued[v.req.id]
@@ -138,11 +145,27 @@ class GatewayCore:
             return None
         return victims
 
-    def _reject(self, e: Entry, reason: str, drain_s: float, wait: float) -> Admission:
+    def _reject(self, e: Entry, reason: str, drain_s: float, wait: float, now: float) -> Admission:
         self._outcomes[e.cls.name]["rejected"] += 1
         self._rejections[reason] += 1
-        retry = max(self._adm.min_retry_after_s, drain_s)
+        retry = self._schedule_return(now, drain_s, e.cost)
         return Admission(False, reason, retry, (), wait, e.predicted_output)
+
+    def _schedule_return(self, now: float, drain_s: float, cost: float) -> float:
+        """Retry-After for a shed request: after the excess drains *and* after the clients
+        already told to come back have been served, so a burst of 429s does not send every
+        client back at the same instant (and into a second rejection).
+
+        `_return_at` is when the last client told to retry is expected back plus its own
+        service time; each rejection extends it by its work at the measured rate. Without a
+        measured rate (and no `initial_service_rate`) this is the minimum Retry-After.
+        """
+        rate = self._rate.rate
+        work = cost if self._adm.rate_unit == "tokens" else 1.0
+        own = work / rate if rate else 0.0
+        at = max(now + drain_s, self._return_at) + own
+        self._return_at = at
+        return max(self._adm.min_retry_after_s, at - own - now)
 
     # -- dispatch ---------------------------------------------------------------------
 
@@ -240,12 +263,21 @@ class GatewayCore:
             self._rate.observe(now, self._saturated())
         return [e.req for e in gone]
 
-    def retry_after(self, request_class: str | None) -> float:
-        """Seconds until the backlog ahead of a new request of this class drains (for 429s)."""
+    def retry_after(
+        self, request_class: str | None, now: float | None = None, cost: float = 0.0
+    ) -> float:
+        """Seconds until the backlog ahead of a new request of this class drains (for 429s).
+
+        With `now`, the answer is a promise: the request (of `cost` tokens) is booked into
+        the return schedule like a rejection at `submit` (see `_schedule_return`).
+        """
         cls = self.config.class_by_name(request_class)
         n, t = self._queue.tokens_ahead(cls.rank, self.config.policy.priority)
         work = t if self._adm.rate_unit == "tokens" else n
-        return max(self._adm.min_retry_after_s, estimate_wait(work, self._rate.rate))
+        drain = estimate_wait(work, self._rate.rate)
+        if now is None:
+            return max(self._adm.min_retry_after_s, drain)
+        return self._schedule_return(now, drain, cost)
 
     def _release(self, e: Entry) -> None:
         del self._in_flight[e.req.id]

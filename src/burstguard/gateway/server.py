@@ -269,7 +269,10 @@ class Gateway:
     def _shed(self, req: GatewayRequest, reason: str) -> None:
         fut = self._waiting.pop(req.id, None)
         if fut is not None and not fut.done():
-            fut.set_result(Shed(reason, self.core.retry_after(req.priority_class)))
+            out = req.max_tokens or self.config.predictor.default_max_tokens
+            cost = req.prompt_tokens + out
+            retry = self.core.retry_after(req.priority_class, self._clock(), cost)
+            fut.set_result(Shed(reason, retry))
 
     async def _tick(self) -> None:
         while True:
