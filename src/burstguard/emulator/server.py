@@ -6,6 +6,7 @@ aborts its request so the engine frees its KV blocks. Bad input gets OpenAI-styl
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -29,6 +30,7 @@ from burstguard.emulator.protocol import (
 )
 from burstguard.emulator.tokens import FILLER_PIECES, count_chat_tokens, count_tokens, filler_text
 from burstguard.engine.core import EngineCore, RequestRejected
+from burstguard.hangup import until_hangup
 
 
 def _error(exc: ApiError) -> JSONResponse:
@@ -105,15 +107,19 @@ class EmulatorApp:
                 self._stream(kind, rid, handle, first, prompt, req.include_usage),
                 media_type="text/event-stream",
             )
-        produced = 0
-        item = first
+        collect = asyncio.ensure_future(_count_tokens(handle, first))
+        hangup = asyncio.ensure_future(until_hangup(request.receive))
         try:
-            while item is not None:
-                produced += item  # type: ignore[operator]
-                item = await handle.queue.get()
+            await asyncio.wait({collect, hangup}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            if item is not None:
+            hangup.cancel()
+            finished = collect.done()
+            if not finished:  # the client left (or the server is stopping)
+                collect.cancel()
                 self.driver.abort(handle)
+        if not finished:
+            return Response(status_code=499)  # nobody reads it; nginx's "client closed"
+        produced = collect.result()
         text = filler_text(produced)
         usage = _usage(prompt, produced)
         base = {"id": rid, "created": int(time.time()), "model": self.model_name, "usage": usage}
@@ -206,3 +212,12 @@ class EmulatorApp:
 def _usage(prompt: int, completion: int) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion}  # fmt: skip
+
+
+async def _count_tokens(handle: RequestHandle, first: Any) -> int:
+    """Waits for a non-streamed request to finish; the tokens it produced."""
+    produced, item = 0, first
+    while item is not None:
+        produced += item
+        item = await handle.queue.get()
+    return produced

@@ -48,8 +48,7 @@ class EngineConfig:
             raise EngineConfigError(f"--max-model-len must be >= 2 (got {self.max_model_len})")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise EngineConfigError(
-                "--gpu-memory-utilization must be in (0, 1] "
-                f"(got {self.gpu_memory_utilization})"
+                f"--gpu-memory-utilization must be in (0, 1] (got {self.gpu_memory_utilization})"
             )
         if self.scheduling_policy not in SCHEDULING_POLICIES:
             raise EngineConfigError(

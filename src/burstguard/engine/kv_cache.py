@@ -79,9 +79,7 @@ class BlockPool:
         self.prefix_queries_tokens += req.prompt_tokens
         self.prefix_hits_tokens += num_hits * self.block_size
 
-    def allocate(
-        self, req: EngineRequest, num_new_tokens: int, hits: Sequence[int] = ()
-    ) -> bool:
+    def allocate(self, req: EngineRequest, num_new_tokens: int, hits: Sequence[int] = ()) -> bool:
         """Reserves blocks so that `req` can hold its computed tokens (after crediting
         `hits`, cached prefix blocks it takes over) plus `num_new_tokens`. All or
         nothing: returns False and changes nothing when the pool is short."""

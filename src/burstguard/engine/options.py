@@ -33,24 +33,62 @@ def _option_params() -> list[inspect.Parameter]:
         )
 
     return [
-        opt("engine_profile", str, "llama3-8b-h100", "--profile",
-            help=f"hardware+model profile: {', '.join(list_profiles())}, or a YAML path"),
-        opt("max_num_seqs", int, defaults.max_num_seqs, "--max-num-seqs",
-            help="most requests running at once"),
-        opt("max_num_batched_tokens", int, defaults.max_num_batched_tokens,
-            "--max-num-batched-tokens", help="token budget of one step"),
-        opt("max_model_len", int | None, None, "--max-model-len",
-            help="longest prompt + output (default: the profile's model)"),
-        opt("gpu_memory_utilization", float, defaults.gpu_memory_utilization,
-            "--gpu-memory-utilization", help="share of GPU memory for weights + KV cache"),
-        opt("enable_chunked_prefill", bool, defaults.enable_chunked_prefill,
+        opt(
+            "engine_profile",
+            str,
+            "llama3-8b-h100",
+            "--profile",
+            help=f"hardware+model profile: {', '.join(list_profiles())}, or a YAML path",
+        ),
+        opt(
+            "max_num_seqs",
+            int,
+            defaults.max_num_seqs,
+            "--max-num-seqs",
+            help="most requests running at once",
+        ),
+        opt(
+            "max_num_batched_tokens",
+            int,
+            defaults.max_num_batched_tokens,
+            "--max-num-batched-tokens",
+            help="token budget of one step",
+        ),
+        opt(
+            "max_model_len",
+            int | None,
+            None,
+            "--max-model-len",
+            help="longest prompt + output (default: the profile's model)",
+        ),
+        opt(
+            "gpu_memory_utilization",
+            float,
+            defaults.gpu_memory_utilization,
+            "--gpu-memory-utilization",
+            help="share of GPU memory for weights + KV cache",
+        ),
+        opt(
+            "enable_chunked_prefill",
+            bool,
+            defaults.enable_chunked_prefill,
             "--enable-chunked-prefill/--no-enable-chunked-prefill",
-            help="split long prefills across steps, decodes first"),
-        opt("scheduling_policy", str, defaults.scheduling_policy, "--scheduling-policy",
-            help=f"{' | '.join(SCHEDULING_POLICIES)} (priority: lower value first)"),
-        opt("enable_prefix_caching", bool, defaults.enable_prefix_caching,
+            help="split long prefills across steps, decodes first",
+        ),
+        opt(
+            "scheduling_policy",
+            str,
+            defaults.scheduling_policy,
+            "--scheduling-policy",
+            help=f"{' | '.join(SCHEDULING_POLICIES)} (priority: lower value first)",
+        ),
+        opt(
+            "enable_prefix_caching",
+            bool,
+            defaults.enable_prefix_caching,
             "--enable-prefix-caching/--no-enable-prefix-caching",
-            help="reuse cached KV blocks of shared prompt prefixes"),
+            help="reuse cached KV blocks of shared prompt prefixes",
+        ),
     ]
 
 

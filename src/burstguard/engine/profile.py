@@ -102,8 +102,15 @@ class ProfileFile(_Strict):
             raise ValueError("give exactly one of the sections `roofline` or `fitted`")
         if self.roofline is not None:
             missing = [s for s in ("hardware", "memory") if getattr(self, s) is None]
-            shape = ("params", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                     "dtype_bytes", "weight_bytes")
+            shape = (
+                "params",
+                "num_layers",
+                "num_heads",
+                "num_kv_heads",
+                "head_dim",
+                "dtype_bytes",
+                "weight_bytes",
+            )
             missing += [f"model.{f}" for f in shape if getattr(self.model, f) is None]
             if missing:
                 raise ValueError(f"a roofline profile needs {', '.join(missing)}")

@@ -39,7 +39,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from burstguard.emulator.tokens import count_tokens
 from burstguard.errors import UserError
@@ -58,6 +58,7 @@ from burstguard.gateway.config import GatewayConfig
 from burstguard.gateway.core import GatewayCore
 from burstguard.gateway.metrics import CONTENT_TYPE, GatewayMetrics, GaugeSnapshot
 from burstguard.gateway.request import GatewayRequest
+from burstguard.hangup import until_hangup
 
 access_log = logging.getLogger("burstguard.gateway.access")
 log = logging.getLogger("burstguard.gateway")
@@ -688,10 +689,7 @@ class _GenerationEndpoint:
 
 async def _watch(receive: Receive, ex: _Exchange, task: asyncio.Task[Any]) -> None:
     """Waits for the client to hang up; then cancels its handler (if that still matters)."""
-    while True:
-        msg: Message = await receive()
-        if msg["type"] == "http.disconnect":
-            break
+    await until_hangup(receive)
     if ex.live:
         ex.gone = True
         task.cancel()

