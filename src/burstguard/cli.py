@@ -32,6 +32,7 @@ def version() -> None:
 
 def _register_all() -> None:
     from burstguard.bench import cli as bench_cli
+    from burstguard.calibrate import cli as calibrate_cli
     from burstguard.emulator import cli as emulator_cli
     from burstguard.engines import cli as engines_cli
     from burstguard.gateway import cli as gateway_cli
@@ -44,6 +45,7 @@ def _register_all() -> None:
         emulator_cli,
         sim_cli,
         bench_cli,
+        calibrate_cli,
         gateway_cli,
         engines_cli,
         report_cli,

@@ -1,0 +1,141 @@
+"""`burstguard calibrate --target URL --out PROFILE.yaml`: fit a `fitted` emulator profile.
+
+It times lone prefills of several prompt lengths and decode steps at several batch sizes on
+the live engine, fits the linear step-time model (calibrate/fit.py) and reads the KV cache
+capacity from vLLM's `vllm:cache_config_info` (or takes `--kv-cache-tokens`). The result
+loads with `burstguard emulate --profile PROFILE.yaml` and `burstguard sim --profile ...`.
+Run it on an otherwise idle engine: concurrent traffic would be timed as step time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import urllib.error
+import urllib.request
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Any
+
+import aiohttp
+import typer
+import yaml
+
+from burstguard.calibrate.fit import StepSample, fit_step_model
+from burstguard.calibrate.probe import Target, decode_samples, prefill_samples
+from burstguard.errors import UserError
+
+_CACHE_INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.M)
+
+
+def _get(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.read().decode()
+    except (urllib.error.URLError, OSError) as exc:
+        raise UserError(f"cannot reach {url}: {exc}") from exc
+
+
+def _served_model(base: str) -> tuple[str, int | None]:
+    import json
+
+    cards = json.loads(_get(base + "/v1/models")).get("data") or []
+    if not cards:
+        raise UserError(f"{base}/v1/models lists no model; pass --model")
+    return str(cards[0]["id"]), cards[0].get("max_model_len")
+
+
+def kv_capacity_from_metrics(text: str) -> tuple[int, int] | None:
+    """(num_gpu_blocks, block_size) from vLLM's cache_config_info labels, if exported."""
+    m = _CACHE_INFO.search(text)
+    if not m:
+        return None
+    labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+    blocks, size = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
+    return (int(blocks), int(size)) if blocks.isdigit() and size.isdigit() else None
+
+
+def _parse_ints(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{what}: comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise typer.BadParameter(f"{what}: positive integers, got {text!r}")
+    return values
+
+
+async def _measure(
+    t: Target, lengths: list[int], batches: list[int], repeats: int
+) -> list[StepSample]:
+    async with aiohttp.ClientSession() as session:
+        await prefill_samples(session, t, [lengths[0]], 2, lambda _: None)  # warm up
+        samples = await prefill_samples(session, t, lengths, repeats, print)
+        long_prompt = min(512, max(lengths))
+        samples += await decode_samples(session, t, batches, [16, long_prompt], print)
+    return samples
+
+
+def calibrate(
+    target: Annotated[str, typer.Option(help="base URL of the engine, e.g. http://127.0.0.1:8000")],
+    out: Annotated[Path, typer.Option(help="profile YAML to write")],
+    name: Annotated[str, typer.Option(help="profile name")] = "calibrated",
+    model: Annotated[str | None, typer.Option(help="model name (default: /v1/models)")] = None,
+    prompt_lengths: Annotated[str, typer.Option(help="prefill probes, tokens")] = (
+        "32,128,256,512,1024"
+    ),
+    batch_sizes: Annotated[str, typer.Option(help="decode probes, running requests")] = (
+        "1,2,4,8,16"
+    ),
+    repeats: Annotated[int, typer.Option(min=1, help="timings per prefill length")] = 3,
+    kv_cache_tokens: Annotated[
+        int | None, typer.Option(min=1, help="KV capacity (default: vLLM's cache_config_info)")
+    ] = None,
+    speedup: Annotated[float, typer.Option(min=0.001, help="target is an emulator at Nx")] = 1.0,
+    description: Annotated[str, typer.Option(help="free text for the profile")] = "",
+) -> None:
+    """Fit an emulator profile (step-time model + KV capacity) from a live engine."""
+    base = target.rstrip("/")
+    lengths = _parse_ints(prompt_lengths, "--prompt-lengths")
+    batches = _parse_ints(batch_sizes, "--batch-sizes")
+    served, max_len = _served_model(base)
+    if kv_cache_tokens is None:
+        cap = kv_capacity_from_metrics(_get(base + "/metrics"))
+        if cap is None:
+            raise UserError(f"{base}/metrics has no vllm:cache_config_info; pass --kv-cache-tokens")
+        kv_cache_tokens = cap[0] * cap[1]
+    longest = max(lengths) + 8
+    if max_len and longest > max_len:
+        raise UserError(f"--prompt-lengths up to {max(lengths)} exceed max_model_len {max_len}")
+    t = Target(base, model or served, speedup)
+    print(f"calibrating {t.model} at {base}")
+    samples = asyncio.run(_measure(t, lengths, batches, repeats))
+    fitted, quality = fit_step_model(samples)
+    doc: dict[str, Any] = {
+        "schema": "burstguard.profile/1",
+        "name": name,
+        "description": description or f"Fitted by burstguard calibrate against {t.model}.",
+        "model": {"name": t.model, "max_model_len": int(max_len or 2048)},
+        "fitted": {
+            "c0_s": fitted.c0_s,
+            "c_prefill_token_s": fitted.c_prefill_token_s,
+            "c_decode_seq_s": fitted.c_decode_seq_s,
+            "c_context_token_s": fitted.c_context_token_s,
+            "kv_cache_tokens": int(kv_cache_tokens),
+            "fit": {**quality, "steps": [asdict(s) for s in samples]},
+        },
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    print(
+        f"step = {fitted.c0_s * 1e3:.2f} ms + {fitted.c_prefill_token_s * 1e6:.1f} us/prefill "
+        f"token + {fitted.c_decode_seq_s * 1e3:.2f} ms/decode seq + "
+        f"{fitted.c_context_token_s * 1e6:.3f} us/context token; median error prefill "
+        f"{quality.get('prefill_median_rel_error', 0):.1%}, decode "
+        f"{quality.get('decode_median_rel_error', 0):.1%}"
+    )
+    print(f"wrote {out}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(calibrate)

@@ -1,0 +1,95 @@
+"""Provoking steps of known shape on a live engine and timing them (the I/O of calibrate).
+
+- prefill: one request at a time, max_tokens 1: its TTFT is one step that prefills the
+  whole prompt (plus HTTP and tokenizer overhead, which the fit's constant absorbs);
+- decode: B requests sent together, with short and with long prompts (so the per-sequence
+  and the per-context-token costs can be told apart): once all are running, every gap
+  between tokens is one decode step of B sequences over their context.
+
+Every prompt starts with a distinct nonce so prefix caching cannot skip the prefill. Token
+counts come from the server's own usage (its tokenizer), not from ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+
+from burstguard.bench.stream import Attempt, send
+from burstguard.calibrate.fit import StepSample
+from burstguard.emulator.tokens import filler_text
+from burstguard.errors import UserError
+
+_nonce = itertools.count()
+DECODE_OUTPUT_TOKENS = 48
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    base_url: str
+    model: str
+    speedup: float = 1.0  # an emulator sped up N times: wall seconds x N = engine seconds
+    timeout_s: float = 120.0
+
+
+async def _one(session: aiohttp.ClientSession, t: Target, prompt_tokens: int, out: int) -> Attempt:
+    body = {
+        "model": t.model, "prompt": f"{next(_nonce)} " + filler_text(prompt_tokens),
+        "max_tokens": out, "ignore_eos": True, "stream": True,
+        "stream_options": {"include_usage": True}, "temperature": 0.0,
+    }  # fmt: skip
+    attempt = await send(
+        session, t.base_url.rstrip("/") + "/v1/completions", json.dumps(body).encode(),
+        {"content-type": "application/json"}, stream=True, timeout_s=t.timeout_s,
+    )  # fmt: skip
+    if not attempt.ok:
+        raise UserError(
+            f"calibration request to {t.base_url} failed ({attempt.error}): "
+            f"{(attempt.detail or '')[:300]}"
+        )
+    return attempt
+
+
+async def prefill_samples(
+    session: aiohttp.ClientSession, t: Target, lengths: list[int], repeats: int,
+    progress: Callable[[str], None],
+) -> list[StepSample]:  # fmt: skip
+    samples = []
+    for n in lengths:
+        ttfts, true_len = [], n
+        for _ in range(repeats):
+            a = await _one(session, t, n, 1)
+            assert a.ttft_s is not None
+            ttfts.append(a.ttft_s * t.speedup)
+            true_len = a.prompt_tokens or n
+        step = statistics.median(ttfts)
+        progress(f"prefill {true_len:5d} tokens: {step * 1000:8.1f} ms")
+        samples.append(StepSample("prefill", true_len, 0, 0, step))
+    return samples
+
+
+async def decode_samples(
+    session: aiohttp.ClientSession, t: Target, batches: list[int], prompts: list[int],
+    progress: Callable[[str], None],
+) -> list[StepSample]:  # fmt: skip
+    samples = []
+    for p, b in itertools.product(prompts, batches):
+        attempts = await asyncio.gather(
+            *(_one(session, t, p, DECODE_OUTPUT_TOKENS) for _ in range(b))
+        )
+        # the middle of the output: all B requests are decoding, none is prefilling
+        gaps = [g * t.speedup for a in attempts for g in a.itl_s[8:-8]]
+        if not gaps:
+            raise UserError(f"{t.base_url} streamed too few chunks to time decode steps")
+        prompt = statistics.median(a.prompt_tokens or p for a in attempts)
+        context = int(b * (prompt + DECODE_OUTPUT_TOKENS / 2))
+        step = statistics.median(gaps)
+        progress(f"decode  {b:5d} seqs x {prompt:5.0f}-token prompts: {step * 1000:8.1f} ms/step")
+        samples.append(StepSample("decode", 0, b, context, step))
+    return samples
