@@ -1,0 +1,65 @@
+"""Emulator fidelity against real vLLM-CPU: optionally calibrate, then the fidelity table.
+
+    .venv/bin/python benchmarks/fidelity.py --calibrate   # refit smollm2-135m-cpu first
+    .venv/bin/python benchmarks/fidelity.py               # table only (docs/fidelity.md)
+
+Starts the reference engine (make vllm-cpu), runs `burstguard calibrate` against it when
+asked (writing the packaged profile smollm2-135m-cpu), then runs the same workloads with
+the same client on vLLM and on `burstguard emulate --profile smollm2-135m-cpu` and prints
+p50/p95 TTFT and E2E with the relative error. Needs the machine otherwise idle (~8 min).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from burstguard.calibrate.fidelity import compare_legs, markdown
+from burstguard.engines import vllm_cpu
+from burstguard.procs import ManagedProcess, free_port
+
+PROFILES = Path(__file__).resolve().parents[1] / "src/burstguard/engine/profiles"
+PROFILE = PROFILES / "smollm2-135m-cpu.yaml"
+VLLM_ARGS = {"max_num_seqs": 32, "max_model_len": 2048}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calibrate", action="store_true", help="refit the profile first")
+    ap.add_argument("--duration", type=float, default=36.0, help="seconds per leg")
+    ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="fidelity-"))
+    real = vllm_cpu.server(log_path=work / "vllm.log", startup_timeout_s=400.0, **VLLM_ARGS)
+    print(f"starting vLLM-CPU (log {work / 'vllm.log'})", flush=True)
+    with real:
+        base = real.base_url  # type: ignore[attr-defined]
+        if args.calibrate:
+            subprocess.run(
+                [sys.executable, "-m", "burstguard.cli", "calibrate", "--target", base,
+                 "--out", str(PROFILE), "--name", "smollm2-135m-cpu", "--description",
+                 "SmolLM2-135M-Instruct bf16 on vLLM-CPU 0.32.0, 2 cores (fitted by "
+                 "benchmarks/fidelity.py --calibrate)"],
+                check=True,
+            )  # fmt: skip
+        port = free_port()
+        emulator = ManagedProcess(
+            [sys.executable, "-m", "burstguard.cli", "emulate", "--profile", "smollm2-135m-cpu",
+             "--served-model-name", vllm_cpu.MODEL_NAME, "--port", str(port),
+             "--max-num-seqs", str(VLLM_ARGS["max_num_seqs"]),
+             "--max-num-batched-tokens", str(args.max_num_batched_tokens)],
+            f"http://127.0.0.1:{port}/health", log_path=work / "emulator.log",
+        )  # fmt: skip
+        with emulator:
+            rows = compare_legs(base, f"http://127.0.0.1:{port}", work, duration_s=args.duration)
+    print(markdown(rows))
+    worst = max(abs(r.rel_error) for r in rows)
+    print(f"worst relative error {worst:.0%} over {len(rows)} figures; runs in {work}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

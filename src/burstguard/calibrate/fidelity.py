@@ -1,0 +1,73 @@
+"""Fidelity: the same workloads, by the same client, on a real engine and on the emulator
+with a calibrated profile; p50/p95 TTFT and E2E side by side with their relative error.
+
+Used by tests/integration/test_vllm.py (asserting a bound) and benchmarks/fidelity.py
+(regenerating the table in docs/fidelity.md).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from burstguard.bench.summary import read_summary
+from burstguard.errors import UserError
+
+SHAPE = ("--prompt-tokens", "60", "--output-tokens", "32")
+# name -> bench arguments: Poisson and the burst pattern, each at two load levels
+WORKLOADS: dict[str, tuple[str, ...]] = {
+    "poisson 0.75 req/s": ("--pattern", "poisson", "--rate", "0.75", "--seed", "3"),
+    "poisson 1.5 req/s": ("--pattern", "poisson", "--rate", "1.5", "--seed", "4"),
+    "bursts of 12 / 12 s": ("--pattern", "burst", "--burst-size", "12-12", "--idle", "12-12"),
+    "bursts of 24 / 16 s": ("--pattern", "burst", "--burst-size", "24-24", "--idle", "16-16"),
+}
+METRICS = (("ttft_s", "p50"), ("ttft_s", "p95"), ("e2e_s", "p50"), ("e2e_s", "p95"))
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    workload: str
+    metric: str  # e.g. "ttft p95"
+    real_s: float
+    emulated_s: float
+
+    @property
+    def rel_error(self) -> float:
+        return self.emulated_s / self.real_s - 1
+
+
+def _bench(
+    target: str, out: Path, args: tuple[str, ...], duration_s: float, speedup: float
+) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "burstguard.cli", "bench", "--quiet", "--target", target,
+           *args, *SHAPE, "--duration", str(duration_s), "--speedup", str(speedup),
+           "--out", str(out), "--force"]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "CI": "true"})
+    if res.returncode != 0:
+        raise UserError(f"bench against {target} failed: {res.stderr[-500:]}")
+    return read_summary(out / "summary.json")
+
+
+def compare_legs(
+    real: str, emulated: str, workdir: Path, *, duration_s: float = 36.0,
+    emulator_speedup: float = 1.0, workloads: dict[str, tuple[str, ...]] = WORKLOADS,
+) -> list[Row]:  # fmt: skip
+    """Runs every workload on both targets (real first) and pairs up their percentiles."""
+    rows = []
+    for i, (name, args) in enumerate(workloads.items()):
+        r = _bench(real, workdir / f"{i}-real", args, duration_s, 1.0)
+        e = _bench(emulated, workdir / f"{i}-emulated", args, duration_s, emulator_speedup)
+        for key, q in METRICS:
+            rows.append(Row(name, f"{key.split('_')[0]} {q}", r[key][q], e[key][q]))
+    return rows
+
+
+def markdown(rows: list[Row]) -> str:
+    lines = ["| workload | metric | real vLLM | emulator | error |", "|---|---|---|---|---|"]
+    lines += [f"| {r.workload} | {r.metric} | {r.real_s:.3f} s | {r.emulated_s:.3f} s | "
+              f"{r.rel_error:+.0%} |" for r in rows]  # fmt: skip
+    return "\n".join(lines)
