@@ -1,10 +1,11 @@
-"""CLI: `burstguard sim` — replay a trace or a pattern on the engine model in virtual time."""
+"""CLI: `burstguard sim` — replay a trace or a pattern on the engine model in virtual time,
+optionally behind the gateway's policies (`--gateway gateway.yaml`) to compare them first."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -14,6 +15,9 @@ from burstguard.engine.profile import Profile
 from burstguard.errors import UserError
 from burstguard.workload.options import pattern_options
 from burstguard.workload.synth import PatternSpec
+
+if TYPE_CHECKING:
+    from burstguard.sim.loop import SimResult
 
 
 @pattern_options()
@@ -37,6 +41,12 @@ def sim(
     slo: Annotated[
         str, typer.Option("--slo", help="SLO, e.g. ttft=0.5,tpot=0.05 (seconds).")
     ] = "ttft=0.5,tpot=0.05",
+    gateway: Annotated[
+        Path | None,
+        typer.Option(
+            "--gateway", help="Gateway config (YAML): run its policies in front of the engine."
+        ),
+    ] = None,
 ) -> None:
     """Simulate one engine on a workload; prints latency percentiles (engine time)."""
     from burstguard.bench.records import write_records
@@ -51,10 +61,23 @@ def sim(
         slo_target = Slo.parse(slo)
     except ValueError as exc:
         raise UserError(f"--slo: {exc}") from None
+    gateway_config = None
+    if gateway is not None:  # before the workload: a bad config fails fast
+        from burstguard.gateway.config import GatewayConfig
+
+        gateway_config = GatewayConfig.load(gateway)
     workload = load_workload(trace, trace_format) if trace else synthesize(pattern_spec)  # type: ignore[arg-type]
     if len(workload) == 0:
         raise UserError("the workload has no requests")
-    result = simulate(workload, engine_config, profile)
+    gateway_block: dict[str, Any] | None = None
+    if gateway_config is not None:
+        from burstguard.sim.gateway_loop import gateway_summary, simulate_gateway
+
+        gw_result = simulate_gateway(workload, engine_config, profile, gateway_config)
+        gateway_block = gateway_summary(gw_result, gateway_config, source=str(gateway))
+        result: SimResult = gw_result
+    else:
+        result = simulate(workload, engine_config, profile)
     duration = float(workload.arrival_s[-1]) if len(workload) else 0.0
     if pattern_spec is not None:
         duration = pattern_spec.duration_s
@@ -63,6 +86,8 @@ def sim(
         extra={"preemptions": result.preemptions, "steps": result.steps,
                "profile": profile.name, "engine": asdict(engine_config)},
     )  # fmt: skip
+    if gateway_block is not None:
+        summary["gateway"] = gateway_block
     if json_out:
         write_summary(json_out, summary)
     if records_out:
@@ -79,6 +104,31 @@ def sim(
         f"E2E  p50 {ms(e['p50'])}  p95 {ms(e['p95'])}\n"
         f"SLO attainment {summary['slo_attainment']:.1%}"
     )
+    if "gateway" in summary:
+        print(class_table(summary))
+
+
+def class_table(summary: dict[str, Any]) -> str:
+    """Per-class outcomes and TTFT: the figures a policy comparison is about."""
+
+    def ms(x: float | None) -> str:
+        return "-" if x is None else f"{x * 1000:.0f} ms"
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1%}"
+
+    rows = [f"{'class':<12} {'requests':>8} {'completed':>9} {'rejected':>8} "
+            f"{'TTFT p50':>9} {'TTFT p95':>9} {'SLO':>6} {'target':>7}"]  # fmt: skip
+    for name, g in summary["gateway"]["classes"].items():
+        b = summary["by_class"].get(name)
+        t = b["ttft_s"] if b else {"p50": None, "p95": None}
+        slo = b["slo_attainment"] if b else None
+        rows.append(
+            f"{name:<12} {g['requests']:>8} {g['completed']:>9} {g['rejected']:>8} "
+            f"{ms(t['p50']):>9} {ms(t['p95']):>9} {pct(slo):>6} "
+            f"{pct(g['ttft_target_attainment']):>7}"
+        )
+    return "\n".join(rows)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,17 +1,18 @@
 """Virtual-clock driver: replays a workload on one EngineCore as fast as the CPU allows.
 
 Same engine core as the emulator (one core, two clocks); time is the engine's own.
+`burstguard.sim.gateway_loop` puts the gateway core in front of the same engine.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from burstguard.bench.records import RequestRecord
 from burstguard.engine.config import EngineConfig
-from burstguard.engine.core import EngineCore, EngineRequest, RequestRejected
+from burstguard.engine.core import EngineCore, EngineRequest, RequestRejected, StepResult
 from burstguard.engine.profile import Profile
-from burstguard.workload.spec import Workload, priority_of
+from burstguard.workload.spec import RequestSpec, Workload, priority_of
 
 
 @dataclass
@@ -22,24 +23,71 @@ class SimResult:
     end_s: float
 
 
+@dataclass
+class StepEvents:
+    """What a step meant to the clients: who saw a first token, who finished."""
+
+    first_token: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+
+
+class RecordBook:
+    """Client-side records (TTFT, ITL, E2E) from engine step results, as a client would
+    see them: a token recomputed after a preemption is not seen twice."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, RequestRecord] = {}
+        self.produced: dict[str, int] = {}
+        self._last_token_at: dict[str, float] = {}
+
+    def open(self, spec: RequestSpec, priority_class: str | None = None) -> RequestRecord:
+        rec = RequestRecord(
+            id=spec.id, scheduled_s=spec.arrival_s, sent_s=spec.arrival_s,
+            prompt_tokens=spec.prompt_tokens,
+            priority_class=priority_class if priority_class is not None else spec.priority_class,
+            tenant=spec.tenant,
+        )  # fmt: skip
+        self.records[spec.id] = rec
+        return rec
+
+    def apply(self, result: StepResult) -> StepEvents:
+        events = StepEvents()
+        now = result.end_s
+        for rid in result.started:
+            rec = self.records[rid]
+            if rec.queue_s is None:
+                rec.queue_s = result.start_s - rec.scheduled_s
+        for rid, count in result.tokens:
+            if count <= self.produced.get(rid, 0):
+                continue  # recomputed after preemption: the client already has it
+            self.produced[rid] = count
+            rec = self.records[rid]
+            if rec.ttft_s is None:
+                rec.ttft_s = now - rec.scheduled_s
+                events.first_token.append(rid)
+            else:
+                rec.itl_s.append(now - self._last_token_at[rid])
+            self._last_token_at[rid] = now
+        for rid in result.finished:
+            rec = self.records[rid]
+            rec.e2e_s = now - rec.scheduled_s
+            rec.completion_tokens = self.produced.get(rid, 0)
+            rec.status = 200
+            events.finished.append(rid)
+        return events
+
+
 def simulate(workload: Workload, config: EngineConfig, profile: Profile) -> SimResult:
     """Runs every request of `workload` to completion (or rejection) in virtual time."""
     core = EngineCore(config, profile)
     n = len(workload)
     arrivals = workload.arrival_s.tolist()
-    records: dict[str, RequestRecord] = {}
-    last_token_at: dict[str, float] = {}
-    produced: dict[str, int] = {}
+    book = RecordBook()
     i, now, steps = 0, 0.0, 0
     while True:
         while i < n and arrivals[i] <= now:
             spec = workload.spec(i)
-            rec = RequestRecord(
-                id=spec.id, scheduled_s=spec.arrival_s, sent_s=spec.arrival_s,
-                prompt_tokens=spec.prompt_tokens, priority_class=spec.priority_class,
-                tenant=spec.tenant,
-            )  # fmt: skip
-            records[spec.id] = rec
+            rec = book.open(spec)
             try:
                 core.add_request(
                     EngineRequest(
@@ -64,27 +112,9 @@ def simulate(workload: Workload, config: EngineConfig, profile: Profile) -> SimR
         result = core.end_step()
         steps += 1
         now = result.end_s
-        for rid in result.started:
-            rec = records[rid]
-            if rec.queue_s is None:
-                rec.queue_s = result.start_s - rec.scheduled_s
-        for rid, count in result.tokens:
-            if count <= produced.get(rid, 0):
-                continue  # recomputed after preemption: the client already has it
-            produced[rid] = count
-            rec = records[rid]
-            if rec.ttft_s is None:
-                rec.ttft_s = now - rec.scheduled_s
-            else:
-                rec.itl_s.append(now - last_token_at[rid])
-            last_token_at[rid] = now
-        for rid in result.finished:
-            rec = records[rid]
-            rec.e2e_s = now - rec.scheduled_s
-            rec.completion_tokens = produced.get(rid, 0)
-            rec.status = 200
+        book.apply(result)
     return SimResult(
-        records=[records[workload.request_id(k)] for k in range(n)],
+        records=[book.records[workload.request_id(k)] for k in range(n)],
         preemptions=core.stats.num_preemptions_total,
         steps=steps,
         end_s=now,

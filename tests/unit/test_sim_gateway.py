@@ -1,0 +1,168 @@
+"""`burstguard sim --gateway`: the gateway core in front of the engine core, in virtual time.
+
+The point of simulating a policy is to see, before deploying it, that a burst is absorbed
+the way the config promises: batch shed first, interactive served sooner than with no
+gateway at all. These runs are deterministic (no clock, no randomness beyond a seed).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tests.conftest import BURSTGUARD, REPO_ROOT
+
+from burstguard.bench.summary import summarize
+from burstguard.engine.config import EngineConfig
+from burstguard.engine.profile import Profile
+from burstguard.gateway.config import GatewayConfig
+from burstguard.sim.gateway_loop import gateway_summary, simulate_gateway
+from burstguard.sim.loop import simulate
+from burstguard.workload.spec import RequestSpec, Workload
+
+H100 = Profile.load("llama3-8b-h100")
+ENGINE = EngineConfig(max_num_seqs=64)
+EXAMPLE = REPO_ROOT / "examples" / "gateway.yaml"
+MIX = ["interactive"] * 2 + ["standard"] * 2 + ["batch"] * 6
+
+
+def burst_workload(burst: int = 600, seed: int = 7) -> Workload:
+    """2 req/s for 40 s plus `burst` requests within 2 s at t=10 (20% interactive)."""
+    rng = np.random.default_rng(seed)
+    specs: list[RequestSpec] = []
+    t, k = 0.0, 0
+    while t < 40:
+        t += rng.exponential(0.5)
+        specs.append(RequestSpec(f"s{k}", t, int(rng.integers(200, 1000)), 128, MIX[k % 10]))
+        k += 1
+    for j in range(burst):
+        cls = MIX[(j * 7) % 10]
+        specs.append(
+            RequestSpec(f"b{j}", 10 + 2 * j / burst, int(rng.integers(200, 1000)), 256, cls)
+        )
+    return Workload.from_specs(specs)
+
+
+def by_class(records: list, duration_s: float = 40) -> dict:
+    return summarize(records, duration_s=duration_s, source="sim")["by_class"]
+
+
+def test_a_burst_sheds_batch_first_and_serves_interactive_sooner() -> None:
+    workload = burst_workload()
+    config = GatewayConfig.load(EXAMPLE)
+    direct = simulate(workload, ENGINE, H100)
+    gw = simulate_gateway(workload, ENGINE, H100, config)
+    block = gateway_summary(gw, config)["classes"]
+    d, g = by_class(direct.records), by_class(gw.records)
+    shed = {c: block[c]["shed_fraction"] for c in block}
+    print(f"{len(workload)} requests; shed fraction {shed}; interactive TTFT p95 direct "
+          f"{d['interactive']['ttft_s']['p95']:.2f} s vs gateway "
+          f"{g['interactive']['ttft_s']['p95']:.2f} s; p50 {d['interactive']['ttft_s']['p50']:.2f}"
+          f" vs {g['interactive']['ttft_s']['p50']:.2f} s")  # fmt: skip
+    assert all(r.error is None for r in direct.records)  # no gateway: everything queues
+    assert shed["batch"] > 0.2
+    assert shed["interactive"] <= 0.05 and shed["interactive"] < shed["batch"] / 10
+    first_shed = {
+        c: min(
+            r.scheduled_s + r.e2e_s for r in gw.records if r.status == 429 and r.priority_class == c
+        )
+        for c in ("interactive", "batch")
+    }
+    assert first_shed["batch"] < first_shed["interactive"]
+    assert shed["standard"] <= shed["batch"]
+    assert g["interactive"]["ttft_s"]["p95"] < 0.5 * d["interactive"]["ttft_s"]["p95"]
+    assert g["interactive"]["ttft_s"]["p95"] < g["batch"]["ttft_s"]["p95"]
+    assert block["interactive"]["ttft_target_attainment"] > (
+        sum(1 for r in direct.records if r.priority_class == "interactive" and r.ttft_s <= 1.0)
+        / block["interactive"]["requests"]
+    )
+
+
+def test_every_request_ends_once_and_shed_ones_carry_retry_after() -> None:
+    workload = burst_workload()
+    gw = simulate_gateway(workload, ENGINE, H100, GatewayConfig.load(EXAMPLE))
+    assert gw.gateway is not None
+    outcomes = gw.gateway.outcomes
+    assert sum(sum(o.values()) for o in outcomes.values()) == len(workload)
+    statuses = [r.status for r in gw.records]
+    assert set(statuses) <= {200, 429}
+    assert statuses.count(200) == sum(o["completed"] for o in outcomes.values())
+    assert statuses.count(429) == sum(o["rejected"] for o in outcomes.values())
+    assert sum(gw.gateway.rejections.values()) == statuses.count(429)
+    for r in gw.records:
+        if r.status == 429:
+            assert r.error == "rejected" and r.retry_after_s is not None
+            assert r.retry_after_s >= 1.0  # min_retry_after_s in the example
+            assert r.e2e_s is not None and r.e2e_s >= 0
+        else:
+            assert r.ok and r.completion_tokens in (128, 256)
+    assert gw.gateway.in_flight_requests == 0 and not any(gw.gateway.queue_depth.values())
+
+
+def test_an_idle_gateway_adds_no_delay() -> None:
+    """Light load: nothing queues at the gateway, so TTFT is the engine's own, exactly."""
+    specs = [RequestSpec(f"r{i}", i * 1.0, 512, 64) for i in range(30)]
+    workload = Workload.from_specs(specs)
+    direct = simulate(workload, ENGINE, H100)
+    gw = simulate_gateway(workload, ENGINE, H100, GatewayConfig())
+    assert [r.ttft_s for r in gw.records] == pytest.approx([r.ttft_s for r in direct.records])
+    assert {r.priority_class for r in gw.records} == {"standard"}  # the default class
+
+
+def test_the_same_run_gives_the_same_decisions() -> None:
+    workload = burst_workload(burst=300)
+    config = GatewayConfig.load(EXAMPLE)
+    a = simulate_gateway(workload, ENGINE, H100, config)
+    b = simulate_gateway(workload, ENGINE, H100, config)
+    assert [r.to_json() for r in a.records] == [r.to_json() for r in b.records]
+
+
+def test_long_idle_gaps_are_skipped() -> None:
+    """A day between two requests costs no ticks: the clock jumps over idle time."""
+    specs = [RequestSpec("a", 0.0, 100, 8), RequestSpec("b", 86_400.0, 100, 8)]
+    gw = simulate_gateway(Workload.from_specs(specs), ENGINE, H100, GatewayConfig())
+    assert [r.status for r in gw.records] == [200, 200]
+    assert gw.end_s > 86_400.0
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*BURSTGUARD, *args], capture_output=True, text=True, timeout=120)
+
+
+SIM = ("sim", "--pattern", "burst", "--rate", "16", "--duration", "30", "--burst-size",
+       "150-300", "--classes", "interactive=0.2,standard=0.2,batch=0.6", "--prompt-tokens",
+       "uniform:200-1000", "--output-tokens", "256", "--max-num-seqs", "64")  # fmt: skip
+
+
+def test_cli_prints_and_writes_per_class_outcomes(tmp_path: Path) -> None:
+    out = tmp_path / "summary.json"
+    proc = run(*SIM, "--gateway", str(EXAMPLE), "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "interactive" in proc.stdout and "TTFT p95" in proc.stdout
+    summary = json.loads(out.read_text())
+    classes = summary["gateway"]["classes"]
+    assert list(classes) == ["interactive", "standard", "batch"]
+    assert sum(c["requests"] for c in classes.values()) == summary["requests"]
+    assert sum(c["rejected"] for c in classes.values()) == summary["errors"] > 0
+    assert classes["batch"]["rejected"] > classes["interactive"]["rejected"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (None, "cannot read the gateway config"),
+        ("classes: [\n", "not valid YAML"),
+        ("admission:\n  max_in_flight: 0\n", "admission.max_in_flight"),
+    ],
+)
+def test_cli_reports_a_bad_gateway_config(tmp_path: Path, text: str | None, message: str) -> None:
+    path = tmp_path / "gw.yaml"
+    if text is not None:
+        path.write_text(text)
+    proc = run(*SIM, "--gateway", str(path))
+    assert proc.returncode != 0
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
