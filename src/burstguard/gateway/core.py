@@ -22,6 +22,8 @@ from burstguard.gateway.request import BackendState, Entry, GatewayRequest
 __all__ = ["Admission", "BackendState", "GatewayCore", "GatewayRequest", "GatewayStats"]
 
 OUTCOMES = ("completed", "rejected", "cancelled", "failed")
+# how often a driver (the live server, the simulator) dispatches and expires deadlines
+TICK_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,7 @@ from burstguard.gateway.api import (
 from burstguard.gateway.auth import AuthError, Identity, KeyAuthenticator
 from burstguard.gateway.backend_metrics import BackendMonitor
 from burstguard.gateway.config import GatewayConfig
-from burstguard.gateway.core import GatewayCore
+from burstguard.gateway.core import TICK_S, GatewayCore
 from burstguard.gateway.metrics import CONTENT_TYPE, GatewayMetrics, GaugeSnapshot
 from burstguard.gateway.request import GatewayRequest
 from burstguard.hangup import until_hangup
@@ -63,7 +63,6 @@ from burstguard.hangup import until_hangup
 access_log = logging.getLogger("burstguard.gateway.access")
 log = logging.getLogger("burstguard.gateway")
 
-TICK_S = 0.05
 _READY_CACHE_S = 1.0
 _SSE_TAIL = 4096
 _USAGE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')

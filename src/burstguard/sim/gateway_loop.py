@@ -28,8 +28,13 @@ from burstguard.engine.config import EngineConfig
 from burstguard.engine.core import EngineCore, EngineRequest, RequestRejected
 from burstguard.engine.profile import Profile
 from burstguard.gateway.config import GatewayConfig
-from burstguard.gateway.core import BackendState, GatewayCore, GatewayRequest, GatewayStats
-from burstguard.gateway.server import TICK_S
+from burstguard.gateway.core import (
+    TICK_S,
+    BackendState,
+    GatewayCore,
+    GatewayRequest,
+    GatewayStats,
+)
 from burstguard.sim.loop import RecordBook, SimResult
 from burstguard.workload.spec import Workload
 
