@@ -17,6 +17,8 @@ from burstguard.scrape import metric_sum, parse_metrics
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
+# |emulated / real - 1| for p50/p95 TTFT and E2E (measured: see docs/fidelity.md)
+FIDELITY_BOUND = 0.40
 # The names bench, compare and the gateway read from an engine's /metrics.
 READ_NAMES = (
     "vllm:num_requests_waiting",
@@ -117,3 +119,24 @@ def test_vllm_benchmark_client_runs_against_the_emulator(tmp_path: Path) -> None
             assert result["completed"] == 40, result
             assert result["total_output_tokens"] == 40 * 32
             assert result["mean_ttft_ms"] > 0
+
+
+def test_calibrated_emulator_tracks_real_vllm(vllm_server: str, tmp_path: Path) -> None:
+    """Fidelity (docs/fidelity.md): the smollm2-135m-cpu profile, fitted by `burstguard
+    calibrate` from this engine, against the engine itself on two workloads (the full
+    table of four is benchmarks/fidelity.py)."""
+    from burstguard.calibrate.fidelity import WORKLOADS, compare_legs, markdown
+    from burstguard.engines import vllm_cpu
+
+    chosen = {k: WORKLOADS[k] for k in ("poisson 0.75 req/s", "bursts of 24 / 16 s")}
+    with start_emulator(
+        tmp_path, "--served-model-name", vllm_cpu.MODEL_NAME, "--max-num-seqs", "32",
+        profile="smollm2-135m-cpu", speedup=1.0,
+    ) as proc:  # fmt: skip
+        rows = compare_legs(
+            vllm_server, proc.base_url,  # type: ignore[attr-defined]
+            tmp_path, duration_s=32, workloads=chosen,
+        )  # fmt: skip
+    print(markdown(rows))
+    for row in rows:
+        assert abs(row.rel_error) <= FIDELITY_BOUND, row
