@@ -85,7 +85,7 @@ def calibrate(
         "32,128,256,512,1024"
     ),
     batch_sizes: Annotated[str, typer.Option(help="decode probes, running requests")] = (
-        "1,2,4,8,16"
+        "1,2,4,8,16,24,32"
     ),
     repeats: Annotated[int, typer.Option(min=1, help="timings per prefill length")] = 3,
     kv_cache_tokens: Annotated[
