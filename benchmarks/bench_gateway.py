@@ -1,0 +1,330 @@
+"""The gateway's own cost: added TTFT and token throughput vs talking to the engine directly.
+
+One emulator that answers instantly (`--profile instant`: zero step time, so the engine is
+never what is measured), one `burstguard gateway` in front of it with caps far above the
+load (nothing is queued: the figures are proxy overhead, not queueing), and one client,
+this process (aiohttp on uvloop), that holds N closed-loop streaming completions open
+(each: a 32-token prompt, 64 output tokens, ignore_eos, streamed, back to back unless
+--think-s). The same client alternates between the two targets, direct and through the
+gateway, in short phases (D G, G D, ...), so drift in the machine hits both alike.
+
+Per target: TTFT p50/p99 (request sent -> first SSE bytes), output tokens/s of requests
+that finished inside the measured window, socket reads per request (the gateway forwards
+whatever its upstream read returned, so it can hand the client fewer, larger chunks than
+the emulator writes); the gateway's added TTFT (its percentile minus the direct one) and
+its throughput as a share of direct. A short sequential probe (one stream at a time)
+first gives the per-request cost of the extra hop with no contention. Per phase it reads
+each process's CPU seconds (/proc/PID/stat; the client's own process time) and the
+machine's (/proc/stat): a process near 1.0 core is CPU-bound (each is one asyncio
+thread); "other" is CPU used by processes outside the benchmark, which contends the run.
+
+Run: .venv/bin/python benchmarks/bench_gateway.py [--concurrency 256] [--phase-seconds 5]
+     [--rounds 2] [--output-tokens 64] [--think-s 0] [--probe 200] [--no-gateway-log]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import yaml
+
+from burstguard.procs import ManagedProcess, free_port
+
+MODEL = "bench"
+PROMPT_TOKENS = 32
+WARMUP_S = 1.0  # of each phase, not measured (connections open, loops settle)
+DRAIN_S = 30.0  # longest wait for a phase's last requests
+_USAGE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+_TICK = os.sysconf("SC_CLK_TCK")
+GOAL_P50_MS, GOAL_P99_MS, GOAL_RATIO = 1.0, 5.0, 0.95
+
+
+@dataclass(slots=True)
+class Sample:
+    """One request: when it was sent, its TTFT, when it ended, its tokens, the reads it took."""
+
+    sent: float
+    ttft: float
+    ended: float
+    tokens: int
+    reads: int
+
+
+@dataclass
+class Phase:
+    """One target for one phase: its samples, window and the CPU each process used."""
+
+    target: str
+    start: float
+    end: float
+    samples: list[Sample] = field(default_factory=list)
+    errors: int = 0
+    cpu: dict[str, float] = field(default_factory=dict)
+    wall: float = 0.0
+
+    def measured(self) -> list[Sample]:
+        """Requests sent after the warm-up; the throughput counts those ended in the window."""
+        return [s for s in self.samples if s.sent >= self.start + WARMUP_S]
+
+    def tokens_per_s(self) -> float:
+        lo = self.start + WARMUP_S
+        done = sum(s.tokens for s in self.samples if lo <= s.ended <= self.end)
+        return done / (self.end - lo)
+
+
+def proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, stolen) CPU seconds of the whole machine so far, all cores (Linux /proc/stat)."""
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = f
+    return (user + nice + system + irq + softirq) / _TICK, steal / _TICK
+
+
+def pct(xs: list[float], q: float) -> float:
+    """The q-quantile (0..1) by linear interpolation; NaN for no data."""
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    k = (len(xs) - 1) * q
+    i = int(k)
+    j = min(i + 1, len(xs) - 1)
+    return xs[i] + (xs[j] - xs[i]) * (k - i)
+
+
+def body(output_tokens: int) -> dict[str, object]:
+    prompt = "tok " * PROMPT_TOKENS  # 4 characters = one token in the emulator's count
+    return {"model": MODEL, "prompt": prompt, "max_tokens": output_tokens,
+            "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
+
+
+async def one_request(
+    session: aiohttp.ClientSession, url: str, payload: dict[str, object]
+) -> Sample | None:
+    """Streams one completion; None if it failed (non-200 or transport error)."""
+    sent = time.perf_counter()
+    ttft = -1.0
+    tail = b""
+    reads = 0
+    try:
+        async with session.post(url, json=payload) as resp:
+            if resp.status != 200:
+                await resp.read()
+                return None
+            async for chunk in resp.content.iter_any():
+                if ttft < 0:
+                    ttft = time.perf_counter() - sent
+                reads += 1
+                tail = (tail + chunk)[-512:]
+    except (aiohttp.ClientError, TimeoutError):
+        return None
+    found = _USAGE.findall(tail)
+    return Sample(sent, ttft, time.perf_counter(), int(found[-1]) if found else 0, reads)
+
+
+async def run_phase(
+    target: str, base: str, args: argparse.Namespace, payload: dict[str, object],
+    pids: dict[str, int],
+) -> Phase:  # fmt: skip
+    """`args.concurrency` closed-loop streams against `base` for WARMUP_S + phase seconds."""
+    concurrency, seconds, think = args.concurrency, args.phase_seconds, args.think_s
+    url = base + "/v1/completions"
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=DRAIN_S)
+    before = {name: proc_cpu(pid) for name, pid in pids.items()}
+    client0 = time.process_time()
+    busy0, steal0 = machine_cpu()
+    start = time.perf_counter()
+    phase = Phase(target, start, start + WARMUP_S + seconds)
+
+    async def user(k: int) -> None:
+        await asyncio.sleep(k * 0.2 / concurrency)  # spread connection opening over 0.2 s
+        while time.perf_counter() < phase.end:
+            s = await one_request(session, url, payload)
+            if s is None:
+                phase.errors += 1
+            else:
+                phase.samples.append(s)
+            if think > 0:
+                await asyncio.sleep(think)
+
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        await asyncio.gather(*(user(k) for k in range(concurrency)))
+    wall = phase.wall = time.perf_counter() - start
+    phase.cpu = {name: (proc_cpu(pid) - before[name]) / wall for name, pid in pids.items()}
+    phase.cpu["client"] = (time.process_time() - client0) / wall
+    busy, steal = machine_cpu()
+    ours = sum(phase.cpu.values())
+    phase.cpu["other"] = max(0.0, (busy - busy0) / wall - ours)  # processes not ours
+    phase.cpu["steal"] = (steal - steal0) / wall  # taken by the hypervisor
+    return phase
+
+
+async def probe(base: str, n: int, payload: dict[str, object]) -> list[float]:
+    """TTFT of `n` requests sent one at a time (the first 10 are warm-up)."""
+    url = base + "/v1/completions"
+    out: list[float] = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=DRAIN_S)) as session:
+        for i in range(n + 10):
+            s = await one_request(session, url, payload)
+            if s is not None and i >= 10:
+                out.append(s.ttft)
+    return out
+
+
+def gateway_config(path: Path, port: int, backend: str, concurrency: int, log: bool) -> None:
+    """Caps well above the load and no adaptation: nothing waits in the gateway's queue."""
+    cap = 4 * concurrency
+    cfg = {
+        "listen": {"host": "127.0.0.1", "port": port},
+        "backends": [{"url": backend}],
+        "log_requests": log,
+        "admission": {"max_in_flight": cap, "adapt": False, "max_queue_requests": cap},
+    }
+    path.write_text(yaml.safe_dump(cfg))
+
+
+def ms(x: float) -> str:
+    return f"{x * 1e3:7.2f}"
+
+
+async def bench(args: argparse.Namespace, direct: str, via: str, pids: dict[str, int]) -> None:
+    payload = body(args.output_tokens)
+    if args.probe:
+        d = await probe(direct, args.probe, payload)
+        g = await probe(via, args.probe, payload)
+        print(f"sequential probe ({args.probe} requests each, one at a time): TTFT p50 direct "
+              f"{ms(pct(d, .5))} ms, gateway {ms(pct(g, .5))} ms, added "
+              f"{ms(pct(g, .5) - pct(d, .5))} ms; p99 added "
+              f"{ms(pct(g, .99) - pct(d, .99))} ms")  # fmt: skip
+    phases: list[Phase] = []
+    print(f"{'phase':<7}{'target':<9}{'reqs':>7}{'err':>5}{'tok/s':>9}{'reads/req':>10}"
+          f"{'p50 ms':>9}{'p99 ms':>9}   CPU cores: emulator gateway client other "
+          "steal")  # fmt: skip
+    for r in range(args.rounds):
+        order = [("direct", direct), ("gateway", via)]
+        if r % 2:
+            order.reverse()
+        for name, base in order:
+            p = await run_phase(name, base, args, payload, pids)
+            phases.append(p)
+            m = p.measured()
+            t = [s.ttft for s in m]
+            reads = statistics.fmean(s.reads for s in m) if m else float("nan")
+            print(f"{r + 1:<7}{name:<9}{len(t):>7}{p.errors:>5}{p.tokens_per_s():>9,.0f}"
+                  f"{reads:>10.1f}{ms(pct(t, .5)):>9}{ms(pct(t, .99)):>9}   "
+                  f"{p.cpu['emulator']:8.2f} {p.cpu['gateway']:8.2f} {p.cpu['client']:6.2f} "
+                  f"{p.cpu['other']:5.2f} {p.cpu['steal']:5.2f}",
+                  flush=True)  # fmt: skip
+    summarize(args, phases)
+
+
+def summarize(args: argparse.Namespace, phases: list[Phase]) -> None:
+    by: dict[str, list[Phase]] = {"direct": [], "gateway": []}
+    for p in phases:
+        by[p.target].append(p)
+    ttft = {k: [s.ttft for p in v for s in p.measured()] for k, v in by.items()}
+    rate = {k: statistics.fmean(p.tokens_per_s() for p in v) for k, v in by.items()}
+    cpu = {k: {n: statistics.fmean(p.cpu[n] for p in v) for n in v[0].cpu} for k, v in by.items()}
+    p50 = {k: pct(v, 0.5) for k, v in ttft.items()}
+    p99 = {k: pct(v, 0.99) for k, v in ttft.items()}
+    add50, add99 = p50["gateway"] - p50["direct"], p99["gateway"] - p99["direct"]
+    ratio = rate["gateway"] / rate["direct"]
+    errors = sum(p.errors for p in phases)
+    print(f"\n{args.concurrency} concurrent streams, {args.output_tokens} output tokens each, "
+          f"think time {args.think_s:g} s, "
+          f"{args.rounds} x {args.phase_seconds:g} s measured per target, {os.cpu_count()} "
+          f"CPU cores shared by client, gateway and emulator; {errors} errors")  # fmt: skip
+    for k in ("direct", "gateway"):
+        c = cpu[k]
+        print(f"  {k:<8} TTFT p50 {ms(p50[k])} ms  p99 {ms(p99[k])} ms  "
+              f"{rate[k]:9,.0f} output tok/s  (CPU cores: emulator {c['emulator']:.2f}, "
+              f"gateway {c['gateway']:.2f}, client {c['client']:.2f})")  # fmt: skip
+    ok50, ok99, okr = add50 <= GOAL_P50_MS / 1e3, add99 <= GOAL_P99_MS / 1e3, ratio >= GOAL_RATIO
+    print(f"  added TTFT p50 {ms(add50)} ms (goal <= {GOAL_P50_MS:g}: "
+          f"{'met' if ok50 else 'NOT met'})")  # fmt: skip
+    print(f"  added TTFT p99 {ms(add99)} ms (goal <= {GOAL_P99_MS:g}: "
+          f"{'met' if ok99 else 'NOT met'})")  # fmt: skip
+    print(f"  throughput via gateway / direct: {ratio:.1%} (goal >= {GOAL_RATIO:.0%}: "
+          f"{'met' if okr else 'NOT met'})")  # fmt: skip
+    for k in ("direct", "gateway"):
+        c = cpu[k]
+        mine = ("emulator", "gateway", "client")
+        busy = ", ".join(n for n in mine if c[n] >= 0.9) or "none"
+        print(f"  CPU in the {k} phases: {sum(c[n] for n in mine):.2f} cores ours, "
+              f"{c['other']:.2f} other processes, {c['steal']:.2f} stolen, of "
+              f"{os.cpu_count()}; CPU-bound (>= 0.9 core): {busy}")  # fmt: skip
+    gw_cpu = sum(p.cpu["gateway"] * p.wall for p in by["gateway"])
+    gw_reqs = sum(len(p.samples) for p in by["gateway"])
+    if gw_reqs:
+        print(f"  gateway CPU per request (with its {args.output_tokens} streamed tokens): "
+              f"{gw_cpu / gw_reqs * 1e3:.2f} ms")  # fmt: skip
+    if max(cpu[k]["other"] for k in cpu) > 0.2:
+        print("  WARNING: other processes used CPU during the run; the figures are contended")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--concurrency", type=int, default=256, help="open streams")
+    parser.add_argument("--phase-seconds", type=float, default=5.0, help="measured s per phase")
+    parser.add_argument("--rounds", type=int, default=2, help="direct+gateway phase pairs")
+    parser.add_argument("--output-tokens", type=int, default=64, help="per request")
+    parser.add_argument("--think-s", type=float, default=0.0,
+                        help="pause between a stream's requests (0: back to back)")  # fmt: skip
+    parser.add_argument("--probe", type=int, default=200, help="sequential requests (0: skip)")
+    parser.add_argument("--no-gateway-log", action="store_true",
+                        help="turn off the gateway's per-request JSON log line")  # fmt: skip
+    args = parser.parse_args()
+    if args.concurrency < 1 or args.rounds < 1 or args.phase_seconds <= 0:
+        parser.error("--concurrency, --rounds and --phase-seconds must be positive")
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    e_port, g_port = free_port(), free_port()
+    direct, via = f"http://127.0.0.1:{e_port}", f"http://127.0.0.1:{g_port}"
+    seqs = max(256, 2 * args.concurrency)
+    budget = max(8192, args.concurrency * (PROMPT_TOKENS + 1))
+    emulator = ManagedProcess(
+        [sys.executable, "-m", "burstguard.cli", "emulate", "--profile", "instant",
+         "--port", str(e_port), "--served-model-name", MODEL, "--max-num-seqs", str(seqs),
+         "--max-num-batched-tokens", str(budget)],
+        f"{direct}/health",
+    )  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Path(tmp) / "gateway.yaml"
+        gateway_config(cfg, g_port, direct, args.concurrency, not args.no_gateway_log)
+        gateway = ManagedProcess(
+            [sys.executable, "-m", "burstguard.cli", "gateway", "--config", str(cfg)],
+            f"{via}/health", log_path=Path(tmp) / "gateway.log",
+        )  # fmt: skip
+        if args.no_gateway_log:
+            gateway.log_path = None
+        with emulator, gateway:
+            assert emulator.proc is not None and gateway.proc is not None
+            pids = {"emulator": emulator.proc.pid, "gateway": gateway.proc.pid}
+            print(f"emulator (instant profile, max-num-seqs {seqs}) on {direct}; gateway on "
+                  f"{via} (max_in_flight {4 * args.concurrency}, no adaptation, request log "
+                  f"{'off' if args.no_gateway_log else 'on'})")  # fmt: skip
+            asyncio.run(bench(args, direct, via, pids))
+
+
+if __name__ == "__main__":
+    main()
