@@ -1,4 +1,5 @@
-"""Steady vs burst through sim + compare: the CI gate trips on bursts, passes steady/steady."""
+"""Steady vs burst through sim + compare: the CI gate trips on bursts, passes steady/steady;
+and `make demo` end to end, with its gateway step's must-show (direct vs gateway)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def test_demo_runs_and_writes_report(tmp_path: Path) -> None:
     (tmp_path / "examples").symlink_to(REPO_ROOT / "examples")
     proc = subprocess.run(
         [BURSTGUARD[0], "-m", "burstguard.demo"], cwd=tmp_path, capture_output=True,
-        text=True, timeout=170,
+        text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "verdict: FAIL" in proc.stdout
@@ -47,3 +48,12 @@ def test_demo_runs_and_writes_report(tmp_path: Path) -> None:
     ttft = next(c for c in verdict["checks"] if c["name"].startswith("ttft"))
     assert ttft["status"] in ("fail", "serious") and ttft["value"] > 2, ttft
     assert (tmp_path / "reports" / "demo.html").stat().st_size > 100_000
+    # step 5, the gateway's must-show: the same burst (70% interactive, 30% long batch)
+    table = json.loads((tmp_path / "runs" / "demo-gateway" / "side_by_side.json").read_text())
+    direct, gateway = table["direct"], table["gateway"]
+    print(json.dumps(table, indent=2))
+    assert gateway["interactive_ttft_slo"] >= 0.99, table
+    assert direct["interactive_ttft_slo"] < gateway["interactive_ttft_slo"], table
+    assert gateway["output_tokens"] >= 0.95 * direct["output_tokens"], table
+    assert "interactive TTFT <= 1 s" in proc.stdout
+    assert (tmp_path / "reports" / "demo-gateway.html").stat().st_size > 100_000

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
+from burstguard.errors import UserError
 from burstguard.workload import arrivals
 from burstguard.workload.metrics import counts_per_window, hurst_aggregated_variance
 from burstguard.workload.synth import PATTERNS, PatternSpec, mean_rate, synthesize
@@ -66,3 +69,24 @@ def test_same_seed_same_workload() -> None:
     a, b = synthesize(spec), synthesize(spec)
     assert np.array_equal(a.arrival_s, b.arrival_s)
     assert list(a.priority_class) == list(b.priority_class)
+
+
+def test_class_output_tokens_override_one_class_only() -> None:
+    base = PatternSpec(pattern="poisson", duration_s=200, rate=5.0, seed=3, output_tokens="128",
+                       classes="interactive=0.7,batch=0.3")  # fmt: skip
+    spec = dataclasses.replace(base, class_output_tokens=(("batch", "uniform:512-1024"),))
+    plain, mixed = synthesize(base), synthesize(spec)
+    assert np.array_equal(plain.arrival_s, mixed.arrival_s)
+    assert list(plain.priority_class) == list(mixed.priority_class)
+    batch = mixed.priority_class == "batch"
+    assert 0.2 < batch.mean() < 0.4
+    assert (mixed.output_tokens[~batch] == 128).all()
+    assert mixed.output_tokens[batch].min() >= 512 and mixed.output_tokens[batch].max() <= 1024
+    assert (plain.output_tokens == 128).all()  # no override: the workload is unchanged
+
+
+def test_class_output_tokens_refuses_unknown_class_and_missing_mix() -> None:
+    with pytest.raises(UserError, match="not in --classes"):
+        synthesize(PatternSpec(classes="a=1", class_output_tokens=(("b", "64"),)))
+    with pytest.raises(UserError, match="needs --classes"):
+        synthesize(PatternSpec(class_output_tokens=(("b", "64"),)))

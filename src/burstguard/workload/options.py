@@ -81,6 +81,13 @@ def _params(positional: bool) -> list[inspect.Parameter]:
         opt("wl_output_tokens", str, "128", "--output-tokens", "length spec, as --prompt-tokens"),
         opt("wl_classes", str | None, None, "--classes", "class mix: interactive=0.7,batch=0.3"),
         opt("wl_tenants", str | None, None, "--tenants", "tenant mix: a=0.5,b=0.5"),
+        opt(
+            "wl_class_output_tokens",
+            list[str] | None,
+            None,
+            "--class-output-tokens",
+            "CLASS=SPEC: that class's output lengths (repeatable), e.g. batch=uniform:512-1024",
+        ),
     ]
 
 
@@ -104,7 +111,20 @@ def spec_from_values(values: dict[str, Any]) -> PatternSpec | None:
         hurst=values["hurst"], envelope=env_kind, envelope_params=env_params,
         prompt_tokens=values["prompt_tokens"], output_tokens=values["output_tokens"],
         classes=values["classes"], tenants=values["tenants"],
+        class_output_tokens=_class_specs(values["class_output_tokens"]),
     )  # fmt: skip
+
+
+def _class_specs(items: list[str] | None) -> tuple[tuple[str, str], ...]:
+    """`batch=uniform:512-1024` -> (("batch", "uniform:512-1024"),); the spec is checked
+    when lengths are drawn, the CLASS against --classes."""
+    pairs = []
+    for item in items or ():
+        name, sep, spec = item.partition("=")
+        if not sep or not name.strip() or not spec.strip():
+            raise UserError(f"--class-output-tokens {item!r}: expected CLASS=LENGTH_SPEC")
+        pairs.append((name.strip(), spec.strip()))
+    return tuple(pairs)
 
 
 def pattern_options(positional: bool = False) -> Callable[[F], F]:

@@ -8,7 +8,7 @@ import numpy as np
 
 from burstguard.errors import UserError
 from burstguard.workload import arrivals
-from burstguard.workload.shapes import sample_labels, sample_lengths
+from burstguard.workload.shapes import parse_mix, sample_labels, sample_lengths
 from burstguard.workload.spec import Workload
 
 PATTERNS = ("constant", "poisson", "gamma", "burst", "mmpp", "pareto")
@@ -22,6 +22,8 @@ class PatternSpec:
     mmpp: rescales both state rates). burst_size / idle_s: the seed pattern's ranges.
     mmpp_*: state rates (req/s) and mean sojourn times (s). hurst / sources: pareto.
     envelope: ramp | step | diurnal, with envelope_params. Lengths and mixes: see shapes.
+    class_output_tokens: (class, length spec) pairs that replace output_tokens for that
+    class, so a mix can give batch long outputs and interactive short ones.
     """
 
     pattern: str = "poisson"
@@ -44,6 +46,7 @@ class PatternSpec:
     output_tokens: str = "128"
     classes: str | None = None
     tenants: str | None = None
+    class_output_tokens: tuple[tuple[str, str], ...] = ()
 
 
 def mean_rate(spec: PatternSpec) -> float:
@@ -112,12 +115,39 @@ def synthesize(spec: PatternSpec) -> Workload:
     except ValueError as exc:
         raise UserError(str(exc)) from None
     n = times.size
+    prompt = sample_lengths(spec.prompt_tokens, n, rng)
+    output = sample_lengths(spec.output_tokens, n, rng)
+    labels = sample_labels(spec.classes, n, rng) if spec.classes else None
+    tenant = sample_labels(spec.tenants, n, rng) if spec.tenants else None
+    if spec.class_output_tokens:
+        output = _class_outputs(spec, output, labels, rng)
     return Workload(
         arrival_s=times,
-        prompt_tokens=sample_lengths(spec.prompt_tokens, n, rng),
-        output_tokens=sample_lengths(spec.output_tokens, n, rng),
-        priority_class=sample_labels(spec.classes, n, rng) if spec.classes else None,
-        tenant=sample_labels(spec.tenants, n, rng) if spec.tenants else None,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        priority_class=labels,
+        tenant=tenant,
         source=f"synthetic:{spec.pattern}",
         meta={"pattern": spec.pattern, "mean_rate_rps": mean_rate(spec), "seed": spec.seed},
     )
+
+
+def _class_outputs(
+    spec: PatternSpec, output: np.ndarray, labels: np.ndarray | None, rng: np.random.Generator
+) -> np.ndarray:
+    """Redraws the output lengths of each overridden class from its own spec.
+
+    Drawn after everything else, so a workload without overrides is unchanged by this.
+    """
+    if labels is None:
+        raise UserError("--class-output-tokens needs --classes (a class mix to apply it to)")
+    known = set(labels.tolist()) | set(parse_mix(spec.classes or ""))
+    output = output.copy()
+    for name, length_spec in spec.class_output_tokens:
+        if name not in known:
+            raise UserError(
+                f"--class-output-tokens: class {name!r} is not in --classes {spec.classes!r}"
+            )
+        mask = labels == name
+        output[mask] = sample_lengths(length_spec, int(mask.sum()), rng)
+    return output
