@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,3 +93,22 @@ def _warm_up(base: str, model: str) -> None:
         )
         with urllib.request.urlopen(req, timeout=120) as resp:
             resp.read()
+
+
+def assert_openai_chat_works(c: Any, model: str) -> None:
+    """The official openai SDK's chat, plain and streamed, against one of our servers."""
+    chat = c.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "hello there"}], max_tokens=12,
+        extra_body={"ignore_eos": True},
+    )  # fmt: skip
+    assert chat.usage is not None and chat.usage.completion_tokens == 12
+    assert chat.choices[0].finish_reason == "length"
+    assert chat.choices[0].message.content
+    stream = c.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=7, stream=True,
+        stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
+    )  # fmt: skip
+    chunks = list(stream)
+    content = [ch for ch in chunks if ch.choices and ch.choices[0].delta.content]
+    assert len(content) == 7
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 7

@@ -12,7 +12,7 @@ import aiohttp
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tests.conftest import start_emulator
+from tests.conftest import assert_openai_chat_works, start_emulator
 
 from burstguard.scrape import metric_sum, parse_metrics
 
@@ -46,23 +46,7 @@ def post(base: str, path: str, body: bytes) -> tuple[int, dict]:
 
 def test_openai_sdk_chat_and_completions(emulator: str) -> None:
     c = client(emulator)
-    chat = c.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "hello there"}], max_tokens=12,
-        extra_body={"ignore_eos": True},
-    )  # fmt: skip
-    assert chat.usage is not None and chat.usage.completion_tokens == 12
-    assert chat.choices[0].finish_reason == "length"
-    assert chat.choices[0].message.content
-    stream = c.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=7, stream=True,
-        stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
-    )  # fmt: skip
-    chunks = list(stream)
-    content = [
-        ch.choices[0].delta.content for ch in chunks if ch.choices and ch.choices[0].delta.content
-    ]
-    assert len(content) == 7
-    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 7
+    assert_openai_chat_works(c, MODEL)
     text = c.completions.create(model=MODEL, prompt="abcd" * 25, max_tokens=3,
                                 extra_body={"ignore_eos": True})  # fmt: skip
     assert text.usage is not None and text.usage.prompt_tokens == 25

@@ -18,7 +18,7 @@ import openai
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from tests.conftest import BURSTGUARD, start_emulator
+from tests.conftest import BURSTGUARD, assert_openai_chat_works, start_emulator
 
 from burstguard.client.retry import (
     RetryableFailure,
@@ -102,20 +102,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, 
 def test_openai_sdk_streaming_and_plain_through_the_gateway(stack: tuple[str, str, Path]) -> None:
     base, _, log_path = stack
     c = openai.OpenAI(base_url=base + "/v1", api_key=KEY_I, max_retries=0)
-    chat = c.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "hello there"}], max_tokens=12,
-        extra_body={"ignore_eos": True},
-    )  # fmt: skip
-    assert chat.usage is not None and chat.usage.completion_tokens == 12
-    assert chat.choices[0].message.content
-    stream = c.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=7, stream=True,
-        stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
-    )  # fmt: skip
-    chunks = list(stream)
-    content = [ch for ch in chunks if ch.choices and ch.choices[0].delta.content]
-    assert len(content) == 7
-    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 7
+    assert_openai_chat_works(c, MODEL)
     text = c.completions.create(model=MODEL, prompt="abcd" * 25, max_tokens=3, stream=True,
                                 extra_body={"ignore_eos": True})  # fmt: skip
     assert sum(1 for ch in text if ch.choices and ch.choices[0].text) == 3
