@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from typing import Any
 
 from burstguard.errors import UserError
 
@@ -23,8 +24,9 @@ def normalize_target(url: str) -> str:
     return base
 
 
-def served_models(base: str, timeout_s: float = 5.0) -> list[str]:
-    """The model ids the target lists; UserError when it is unreachable or not OpenAI-like."""
+def served_cards(base: str, timeout_s: float = 5.0) -> list[dict[str, Any]]:
+    """The model cards the target lists (`id`, and `max_model_len` on vLLM); UserError when
+    it is unreachable or not OpenAI-like."""
     url = f"{base}/v1/models"
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:
@@ -38,14 +40,20 @@ def served_models(base: str, timeout_s: float = 5.0) -> list[str]:
         reason = getattr(exc, "reason", exc)
         raise UserError(f"cannot reach {base}: {reason}") from None
     try:
-        data = json.loads(body)
-        models = [str(m["id"]) for m in data["data"]]
+        cards = json.loads(body)["data"]
+        if not all(isinstance(c, dict) and "id" in c for c in cards):
+            raise TypeError
     except (ValueError, KeyError, TypeError):
         raise UserError(
             f"{base} does not look like an OpenAI-compatible server: "
             "GET /v1/models did not return a model list"
         ) from None
-    return models
+    return list(cards)
+
+
+def served_models(base: str, timeout_s: float = 5.0) -> list[str]:
+    """The model ids the target lists."""
+    return [str(c["id"]) for c in served_cards(base, timeout_s)]
 
 
 def check_target(target: str, model: str | None) -> tuple[str, str]:

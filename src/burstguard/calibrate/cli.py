@@ -21,6 +21,7 @@ import aiohttp
 import typer
 import yaml
 
+from burstguard.bench.preflight import check_target, served_cards
 from burstguard.calibrate.fit import StepSample, fit_step_model
 from burstguard.calibrate.probe import Target, decode_samples, prefill_samples
 from burstguard.errors import UserError
@@ -34,15 +35,6 @@ def _get(url: str) -> str:
             return resp.read().decode()
     except (urllib.error.URLError, OSError) as exc:
         raise UserError(f"cannot reach {url}: {exc}") from exc
-
-
-def _served_model(base: str) -> tuple[str, int | None]:
-    import json
-
-    cards = json.loads(_get(base + "/v1/models")).get("data") or []
-    if not cards:
-        raise UserError(f"{base}/v1/models lists no model; pass --model")
-    return str(cards[0]["id"]), cards[0].get("max_model_len")
 
 
 def kv_capacity_from_metrics(text: str) -> tuple[int, int] | None:
@@ -95,10 +87,10 @@ def calibrate(
     description: Annotated[str, typer.Option(help="free text for the profile")] = "",
 ) -> None:
     """Fit an emulator profile (step-time model + KV capacity) from a live engine."""
-    base = target.rstrip("/")
+    base, served = check_target(target, model)
+    max_len = next((c.get("max_model_len") for c in served_cards(base) if c["id"] == served), None)
     lengths = _parse_ints(prompt_lengths, "--prompt-lengths")
     batches = _parse_ints(batch_sizes, "--batch-sizes")
-    served, max_len = _served_model(base)
     if kv_cache_tokens is None:
         cap = kv_capacity_from_metrics(_get(base + "/metrics"))
         if cap is None:
@@ -107,7 +99,7 @@ def calibrate(
     longest = max(lengths) + 8
     if max_len and longest > max_len:
         raise UserError(f"--prompt-lengths up to {max(lengths)} exceed max_model_len {max_len}")
-    t = Target(base, model or served, speedup)
+    t = Target(base, served, speedup)
     print(f"calibrating {t.model} at {base}")
     samples = asyncio.run(_measure(t, lengths, batches, repeats))
     fitted, quality = fit_step_model(samples)
