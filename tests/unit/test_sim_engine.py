@@ -54,17 +54,28 @@ def test_small_kv_cache_and_long_prompts_preempt_and_still_finish() -> None:
     budget=st.sampled_from([512, 2048, 8192]),
     util=st.sampled_from([0.22, 0.23, 0.3]),
     policy=st.sampled_from(["fcfs", "priority"]),
+    caching=st.booleans(),
 )
 def test_step_invariants(
-    prompts: list[int], outputs: int, seqs: int, budget: int, util: float, policy: str
+    prompts: list[int],
+    outputs: int,
+    seqs: int,
+    budget: int,
+    util: float,
+    policy: str,
+    caching: bool,
 ) -> None:
     config = EngineConfig(
         max_num_seqs=seqs, max_num_batched_tokens=max(budget, seqs), max_model_len=4096,
-        gpu_memory_utilization=util, scheduling_policy=policy,
+        gpu_memory_utilization=util, scheduling_policy=policy, enable_prefix_caching=caching,
     )  # fmt: skip
     core = EngineCore(config, H100)
     for k, p in enumerate(prompts):
-        core.add_request(EngineRequest(f"r{k}", p, outputs, arrival_s=0.0, priority=k % 3), 0.0)
+        shared = tuple(range(p // 16)) if k % 2 == 0 else ()  # even requests share a prefix
+        req = EngineRequest(
+            f"r{k}", p, outputs, arrival_s=0.0, priority=k % 3, prefix_hashes=shared
+        )
+        core.add_request(req, 0.0)
     finished: list[str] = []
     now, steps = 0.0, 0
     while core.has_unfinished and steps < 20_000:
@@ -77,9 +88,35 @@ def test_step_invariants(
         assert len({rid for rid, _ in result.tokens}) <= seqs
         assert core.stats.num_running <= seqs
         assert 0.0 <= core.stats.kv_cache_usage <= 1.0
+        core.pool.check()
         finished.extend(result.finished)
     assert sorted(finished) == sorted(f"r{k}" for k in range(len(prompts)))  # none lost or twice
     assert core.stats.kv_cache_usage == 0.0
+
+
+def test_prefix_caching_reuses_a_finished_requests_prompt_blocks() -> None:
+    """A second request with the same 2,000-token prefix computes only its uncached tail
+    (vLLM recomputes at least the last token), so its TTFT drops; counted as hits."""
+    config = EngineConfig(enable_prefix_caching=True)
+    prefix = tuple(range(2000 // 16))
+    workload = Workload(
+        arrival_s=np.array([0.0, 1.0, 2.0]),
+        prompt_tokens=np.array([2000, 2000, 2000]),
+        output_tokens=np.array([8, 8, 8]),
+        prefix_hashes=[prefix, prefix, tuple(range(1000, 1000 + 2000 // 16))],
+    )
+    cached = simulate(workload, config, H100).records
+    cold = simulate(workload, EngineConfig(), H100).records
+    assert cold[1].ttft_s is not None and cached[1].ttft_s is not None
+    assert cached[1].ttft_s < 0.5 * cold[1].ttft_s  # the shared prefix is not recomputed
+    assert cached[2].ttft_s == pytest.approx(cold[2].ttft_s, rel=0.05)  # other prefix: a miss
+    core = EngineCore(config, H100)
+    for k in range(2):
+        core.add_request(EngineRequest(f"r{k}", 2000, 1, arrival_s=0.0, prefix_hashes=prefix), 0.0)
+        core.begin_step(0.0)
+        core.end_step()
+    assert core.pool.prefix_hits_tokens == 1999 // 16 * 16  # all full blocks but the last token's
+    core.pool.check()
 
 
 def test_priority_policy_serves_lower_value_first() -> None:
@@ -116,3 +153,35 @@ def test_decode_step_respects_the_bandwidth_floor() -> None:
     rec = simulate(workload, EngineConfig(), H100).records[0]
     assert min(rec.itl_s) >= 0.0047
     assert rec.ttft_s == pytest.approx(0.010, abs=0.006)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    pattern=st.sampled_from(["poisson", "burst"]),
+    rate=st.sampled_from([2.0, 8.0, 20.0]),
+    seqs=st.sampled_from([4, 32, 256]),
+    util=st.sampled_from([0.22, 0.24, 0.9]),
+    policy=st.sampled_from(["fcfs", "priority"]),
+    chunked=st.booleans(),
+    seed=st.integers(0, 1000),
+)
+def test_fast_forward_gives_the_same_results_as_single_steps(
+    pattern: str, rate: float, seqs: int, util: float, policy: str, chunked: bool, seed: int
+) -> None:
+    """Decode runs applied at once (`run_decodes`) must change nothing a user can see:
+    every record, the step count, the preemptions and the end time are identical."""
+    spec = PatternSpec(
+        pattern=pattern, duration_s=30, rate=rate, seed=seed, classes="interactive=0.5,batch=0.5",
+        prompt_tokens="lognormal:mean=1500,sigma=0.8", output_tokens="lognormal:mean=200,sigma=0.8",
+    )  # fmt: skip
+    workload = synthesize(spec)
+    config = EngineConfig(
+        max_num_seqs=seqs, gpu_memory_utilization=util, scheduling_policy=policy,
+        enable_chunked_prefill=chunked, max_model_len=4096,
+    )  # fmt: skip
+    single = simulate(workload, config, H100, fast_forward=False)
+    fast = simulate(workload, config, H100)
+    assert fast.records == single.records
+    assert (fast.steps, fast.preemptions, fast.end_s) == (
+        single.steps, single.preemptions, single.end_s,
+    )  # fmt: skip

@@ -7,6 +7,12 @@ is busy, so timer overshoot (asyncio sleeps have ~1 ms resolution, a decode step
 ~0.3 ms of wall time) does not stretch steps: a late wake-up is caught up by running the
 next step without sleeping. Arrivals and aborts are queued and applied between steps, so
 the core only ever sees events at times no earlier than its last step, as in the simulator.
+
+When the host cannot keep up (Python delivering one SSE chunk per token per stream; at a
+high speedup a decode step is a fraction of a millisecond of wall time), tokens reach the
+clients later than engine time says. That lag is observed per step in engine seconds
+(`burstguard_emulator_lag_seconds`) and warned about once on stderr, since every latency
+a client measures then includes it: the cure is a lower --speedup.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +30,8 @@ from burstguard.engine.core import EngineCore, EngineRequest, RequestRejected, S
 
 FINISHED = None
 """Queue item that ends a request's token stream."""
+LAG_WARNING_S = 0.25
+"""Engine seconds of delivery lag that earn the one-time warning."""
 
 
 @dataclass(slots=True, eq=False)
@@ -69,6 +78,7 @@ class EngineDriver:
         self._wake = asyncio.Event()
         self._ids = itertools.count()
         self._task: asyncio.Task[None] | None = None
+        self._lag_warned = False
 
     def engine_now(self) -> float:
         """Engine seconds since start: wall time since start x speedup."""
@@ -151,6 +161,20 @@ class EngineDriver:
             result = core.end_step()
             self._engine_s = max(self._engine_s, end_s)
             self._deliver(result)
+            self._observe_lag(self.engine_now() - end_s)
+
+    def _observe_lag(self, lag_s: float) -> None:
+        self.metrics.lag.observe(max(0.0, lag_s))
+        if lag_s > LAG_WARNING_S and not self._lag_warned:
+            self._lag_warned = True
+            print(
+                f"burstguard emulate: warning: tokens reach clients {lag_s:.2f} s (engine "
+                f"time) late; this host cannot keep up with --speedup {self.speedup:g} at "
+                "this load, so measured latencies include the lag "
+                "(burstguard_emulator_lag_seconds); lower --speedup",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _deliver(self, result: StepResult) -> None:
         handles = self._handles

@@ -84,6 +84,7 @@ REQUEST_BUCKETS = (
     1920.0,
     7680.0,
 )
+LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -172,6 +173,13 @@ class EmulatorMetrics:
             "Requests aborted because their client went away (their KV blocks freed).",
             labels,
             registry=self.registry,
+        ).labels(model_name)
+
+        self.lag = hist(
+            "burstguard_emulator_lag_seconds",
+            "Engine seconds by which a step's tokens reached the clients later than "
+            "wall time x speedup said they should: the host not keeping up with --speedup.",
+            LAG_BUCKETS,
         ).labels(model_name)
 
     def request_success(self, finished_reason: str) -> None:

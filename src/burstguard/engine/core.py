@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 
 from burstguard.engine.config import EngineConfig, EngineConfigError
 from burstguard.engine.kv_cache import BlockPool
+from burstguard.engine.perf_model import BatchShape
 from burstguard.engine.profile import Profile
 from burstguard.engine.request import EngineRequest, RequestStatus
 from burstguard.engine.scheduler import ScheduledBatch, Scheduler
 
 __all__ = [
+    "DecodeRun",
     "EngineCore",
     "EngineRequest",
     "EngineStats",
@@ -54,6 +56,18 @@ class StepResult:
     preempted: list[str] = field(default_factory=list)
     num_prefill_tokens: int = 0
     num_decode_seqs: int = 0
+
+
+@dataclass(slots=True)
+class DecodeRun:
+    """Consecutive pure-decode steps applied at once. Step j ended at `ends[j]`; each
+    entry of `tokens` is (request id, number of these steps it took part in — the first
+    ones —, output tokens after them); `finished` requests ended at their last step."""
+
+    start_s: float
+    ends: list[float]
+    tokens: list[tuple[str, int, int]]
+    finished: list[str]
 
 
 class EngineCore:
@@ -157,6 +171,88 @@ class EngineCore:
             num_prefill_tokens=batch.shape.prefill_tokens,
             num_decode_seqs=batch.shape.decode_seqs,
         )
+
+    def run_decodes(self, now: float, until: float) -> DecodeRun | None:
+        """Fast-forward for virtual time: runs, in one call, the consecutive steps from
+        `now` that are pure decodes over the running requests and start before `until`
+        (the next arrival), stopping where the batch could change: at the first finish
+        while requests wait, when the block pool might run short, or when a request ends
+        with nothing waiting (it just leaves the batch). Same state and times as that many
+        begin_step/end_step pairs; None when the next step is not such a step."""
+        if self._step is not None:
+            raise RuntimeError("run_decodes called while a step is in flight")
+        sched = self.scheduler
+        if not sched.steady_decodes():
+            return None
+        running = sched.running
+        left = sorted((r.max_tokens - r.num_output_tokens, r.num_computed_tokens) for r in running)
+        limit = left[0][0] if sched.waiting else left[-1][0]
+        limit = min(limit, self._steps_with_free_blocks(limit))
+        step_time = self.profile.perf.step_time
+        seqs, context = len(running), sum(c for _, c in left)
+        ends: list[float] = []
+        t, gone, j = now, 0, 0
+        while j < limit and (j == 0 or t < until):
+            while left[gone][0] <= j:  # finished at the previous step: out of the batch
+                context -= left[gone][1] + j
+                seqs -= 1
+                gone += 1
+            t += step_time(BatchShape(0, seqs, context, context + seqs))
+            ends.append(t)
+            context += seqs
+            j += 1
+        return self._apply_decodes(now, ends)
+
+    def _steps_with_free_blocks(self, limit: int) -> int:
+        """The most steps (up to `limit`) whose new KV blocks, summed over the running
+        requests, fit the free pool — so no allocation can fail inside the run."""
+        pool, running = self.pool, self.scheduler.running
+
+        def need(k: int) -> int:
+            return sum(
+                max(
+                    0,
+                    pool.blocks_for(
+                        r.num_computed_tokens + min(k, r.max_tokens - r.num_output_tokens)
+                    )
+                    - r.num_blocks,
+                )
+                for r in running
+            )
+
+        free = pool.num_free
+        if len(running) * (limit // pool.block_size + 1) <= free or need(limit) <= free:
+            return limit
+        lo, hi = 0, limit  # need(lo) fits, need(hi) does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if need(mid) <= free else (lo, mid)
+        return lo
+
+    def _apply_decodes(self, now: float, ends: list[float]) -> DecodeRun | None:
+        if not ends:
+            return None
+        pool, sched = self.pool, self.scheduler
+        k = len(ends)
+        tokens: list[tuple[str, int, int]] = []
+        finished: list[str] = []
+        for r in sched.running:
+            n = min(k, r.max_tokens - r.num_output_tokens)
+            if r.num_computed_tokens + n > r.num_blocks * pool.block_size:
+                ok = pool.allocate(r, n)
+                assert ok, "run_decodes checked the pool"
+            r.num_computed_tokens += n
+            r.num_output_tokens += n
+            self._generation_tokens += n
+            tokens.append((r.id, n, r.num_output_tokens))
+            if r.num_output_tokens >= r.max_tokens:
+                r.status = RequestStatus.FINISHED
+                pool.free(r)
+                del self.requests[r.id]
+                finished.append(r.id)
+        if finished:
+            sched.running = [r for r in sched.running if r.status is RequestStatus.RUNNING]
+        return DecodeRun(start_s=now, ends=ends, tokens=tokens, finished=finished)
 
     @property
     def stats(self) -> EngineStats:

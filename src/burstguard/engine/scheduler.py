@@ -139,6 +139,25 @@ class Scheduler:
             scheduled[req] = num_new
             budget -= num_new
 
+    def steady_decodes(self) -> bool:
+        """True when the next steps are certain to be pure decode steps over exactly the
+        running requests, until one of them finishes: every running request decodes,
+        nothing can be admitted (the queue is empty, or max_num_seqs is reached) and no
+        prefix cache needs per-step block registration. The simulator fast-forwards such
+        steps (`EngineCore.run_decodes`)."""
+        running = self.running
+        if not running or self.pool.enable_prefix_caching:
+            return False
+        if len(running) > self.config.max_num_batched_tokens:
+            return False
+        if self.waiting and len(running) < self.config.max_num_seqs:
+            return False
+        return all(
+            r.num_output_tokens
+            and r.num_computed_tokens == r.prompt_tokens + r.num_output_tokens - 1
+            for r in running
+        )
+
     def apply(self, batch: ScheduledBatch) -> tuple[list[tuple[str, int]], list[EngineRequest]]:
         """Advances the scheduled requests by one step: returns the (id, tokens so far)
         of each request that produced a token, and the requests that finished."""
