@@ -6,7 +6,7 @@ TTFT target, 0.5 s queue deadline), half batch. What must hold: no client ever w
 without an answer, every shed request gets its 429 and a Retry-After at once, accepted
 interactive requests meet their target, and the gateway's queue and memory stay bounded.
 
-Measured here (3 runs): 550/553, 546/551 shed within 50 ms (the rest: a few batch and
+Measured here (2 runs): 550/553, 546/551 shed within 50 ms (the rest: a few batch and
 interactive requests that waited out twice their deadline, `EXPIRY_FACTOR`); every served
 interactive request within its 1 s TTFT; queue depth at most 24-26 of 32; gateway RSS
 110 -> 111 MiB. Before admission took the higher classes' inflow into account, 177 of 539

