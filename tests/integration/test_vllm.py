@@ -3,16 +3,21 @@ shared /metrics names, and vLLM's own benchmark client against burstguard's emul
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
+import time
 import urllib.request
 from pathlib import Path
 
+import aiohttp
 import pytest
 from tests.conftest import BURSTGUARD, start_emulator
+from tests.integration.test_gateway import start_gateway
 
 from burstguard.bench.summary import read_summary
+from burstguard.engines import vllm_cpu
 from burstguard.scrape import metric_sum, parse_metrics
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
@@ -86,8 +91,6 @@ def test_emulator_and_vllm_metrics_share_the_names_burstguard_reads(
 
 def test_vllm_benchmark_client_runs_against_the_emulator(tmp_path: Path) -> None:
     """vLLM's own `bench serve` (from the reference engine's venv) as a peer client."""
-    from burstguard.engines import vllm_cpu
-
     if not vllm_cpu.is_installed():
         if os.environ.get("CI"):
             pytest.fail("vLLM-CPU is not installed (make vllm-cpu)")
@@ -126,7 +129,6 @@ def test_calibrated_emulator_tracks_real_vllm(vllm_server: str, tmp_path: Path) 
     calibrate` from this engine, against the engine itself on two workloads (the full
     table of four is benchmarks/fidelity.py)."""
     from burstguard.calibrate.fidelity import WORKLOADS, compare_legs, markdown
-    from burstguard.engines import vllm_cpu
 
     chosen = {k: WORKLOADS[k] for k in ("poisson 0.75 req/s", "bursts of 24 / 16 s")}
     with start_emulator(
@@ -140,3 +142,81 @@ def test_calibrated_emulator_tracks_real_vllm(vllm_server: str, tmp_path: Path) 
     print(markdown(rows))
     for row in rows:
         assert abs(row.rel_error) <= FIDELITY_BOUND, row
+
+
+def test_gateway_holds_and_orders_a_burst_in_front_of_real_vllm(
+    vllm_server: str, tmp_path: Path
+) -> None:
+    """A burst of 12 batch then 16 interactive requests through `burstguard gateway`
+    (4 in flight, 20 queued) in front of real vLLM: the queue is held at the gateway (the
+    engine's own waiting queue stays empty while the gateway's is deep), the 4 shed are
+    the newest batch (429 with Retry-After), and every interactive request is released
+    before the queued batch ones, so its first token comes first."""
+    config = {
+        "default_class": "batch",
+        "classes": [
+            {"name": "interactive", "rank": 0, "queue_deadline_s": 120.0},
+            {"name": "batch", "rank": 1, "queue_deadline_s": 120.0},
+        ],
+        "admission": {"max_in_flight": 4, "min_in_flight": 1, "max_queue_requests": 20},
+    }
+    body = {"model": vllm_cpu.MODEL_NAME, "prompt": "tell me a story " * 15, "max_tokens": 16,
+            "ignore_eos": True, "stream": True}  # fmt: skip
+
+    async def burst(base: str) -> tuple[list[tuple[str, int, float, str | None]], list]:
+        out: list[tuple[str, int, float, str | None]] = []
+        engine: list[tuple[float, float, float]] = []  # (vLLM waiting, running, gateway queue)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+            async def one(cls: str, delay: float) -> None:
+                await asyncio.sleep(delay)
+                sent = time.monotonic()
+                headers = {"x-burstguard-class": cls}
+                async with session.post(base + "/v1/completions", json=body, headers=headers) as r:
+                    if r.status != 200:
+                        out.append((cls, r.status, 0.0, r.headers.get("retry-after")))
+                        return
+                    ttft = 0.0
+                    async for line in r.content:
+                        if line.startswith(b"data: {") and not ttft:
+                            ttft = time.monotonic() - sent
+                    out.append((cls, 200, ttft, None))
+
+            async def watch(done: asyncio.Event) -> None:
+                while not done.is_set():
+                    async with session.get(vllm_server + "/metrics") as r:
+                        e = parse_metrics(await r.text())
+                    async with session.get(base + "/metrics") as r:
+                        g = parse_metrics(await r.text())
+                    engine.append((
+                        metric_sum(e, "vllm:num_requests_waiting") or 0.0,
+                        metric_sum(e, "vllm:num_requests_running") or 0.0,
+                        metric_sum(g, "llm_request_queue_depth") or 0.0,
+                    ))  # fmt: skip
+                    await asyncio.sleep(0.5)
+
+            done = asyncio.Event()
+            watcher = asyncio.create_task(watch(done))
+            jobs = [one("batch", 0.0) for _ in range(12)]
+            jobs += [one("interactive", 0.3) for _ in range(16)]
+            await asyncio.wait_for(asyncio.gather(*jobs), 300)
+            done.set()
+            await watcher
+        return out, engine
+
+    with start_gateway(tmp_path, vllm_server, config) as gw:
+        results, engine = asyncio.run(burst(gw.base_url))  # type: ignore[attr-defined]
+    shed = [r for r in results if r[1] == 429]
+    inter = [r[2] for r in results if r[0] == "interactive" and r[1] == 200]
+    batch = sorted(r[2] for r in results if r[0] == "batch" and r[1] == 200)
+    print(f"served interactive {len(inter)}, batch {len(batch)}, shed {len(shed)}; "
+          f"interactive TTFT max {max(inter):.2f} s, queued batch TTFT min {batch[4]:.2f} s; "
+          f"vLLM waiting max {max(w for w, _, _ in engine):.0f}, running max "
+          f"{max(r for _, r, _ in engine):.0f}, gateway queue max "
+          f"{max(q for _, _, q in engine):.0f}")  # fmt: skip
+    assert len(inter) == 16 and len(batch) == 8
+    assert [r[0] for r in shed] == ["batch"] * 4 and all(r[3] for r in shed)
+    assert max(q for _, _, q in engine) >= 10  # the burst waits in the gateway...
+    assert max(w for w, _, _ in engine) <= 1  # ...not in the engine
+    assert max(r for _, r, _ in engine) <= 4
+    assert max(inter) < min(batch[4:]) + 0.5  # the 4 queued batch start after interactive
