@@ -1,4 +1,4 @@
-"""Slicing, rate scaling and merging traces (library and `analyze --window/--speed`)."""
+"""Slicing, rate and token scaling, merging traces (library and `analyze --window/--speed`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from tests.conftest import AZURE_CODE, BURSTGUARD
 
+from burstguard.errors import UserError
 from burstguard.workload.traces import load_workload
-from burstguard.workload.transform import merge, scale_rate, slice_window
+from burstguard.workload.transform import merge, scale_rate, scale_tokens, slice_window
 
 
 def test_slice_scale_merge_on_the_azure_trace(traces_dir: object) -> None:
@@ -37,3 +38,16 @@ def test_analyze_window_and_speed(traces_dir: object) -> None:
     assert part.returncode == 0 and json.loads(part.stdout)["requests"] < full["requests"]
     bad = subprocess.run([*base, "--window", "9-3"], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_token_scaling_keeps_arrivals_and_the_length_shape(traces_dir: object) -> None:
+    w = load_workload(AZURE_CODE)
+    small = scale_tokens(w, prompt=0.05, output=0.5)
+    assert np.array_equal(small.arrival_s, w.arrival_s)
+    assert small.prompt_tokens.min() >= 1 and small.output_tokens.min() >= 1
+    assert np.median(small.prompt_tokens) == pytest.approx(0.05 * np.median(w.prompt_tokens), abs=1)
+    assert np.corrcoef(small.prompt_tokens, w.prompt_tokens)[0, 1] > 0.99
+    assert small.output_tokens.sum() == pytest.approx(0.5 * w.output_tokens.sum(), rel=0.05)
+    assert np.array_equal(w.prompt_tokens, load_workload(AZURE_CODE).prompt_tokens)  # a copy
+    with pytest.raises(UserError, match="> 0"):
+        scale_tokens(w, prompt=0.0)

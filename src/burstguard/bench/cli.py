@@ -36,6 +36,12 @@ def bench(
     trace_format: Annotated[str | None, _opt("--format", help="Trace format")] = None,
     window: Annotated[str | None, _opt("--window", help="Trace: only START-END seconds")] = None,
     speed: Annotated[float, _opt("--speed", help="Trace: replay at K x its rate")] = 1.0,
+    prompt_scale: Annotated[
+        float, _opt("--prompt-scale", help="Trace: multiply prompt lengths by F")
+    ] = 1.0,
+    output_scale: Annotated[
+        float, _opt("--output-scale", help="Trace: multiply output lengths by F")
+    ] = 1.0,
     concurrency: Annotated[
         int | None, _opt("--concurrency", help="Closed loop: N users (seed baseline 32)")
     ] = None,
@@ -159,7 +165,13 @@ def bench(
         return
     summary = _one_leg(
         config,
-        _workload(pattern_spec, shape_spec, workload_file, trace_format, window, speed),
+        _workload(
+            pattern_spec,
+            shape_spec,
+            workload_file,
+            trace_format,
+            (window, speed, prompt_scale, output_scale),
+        ),
         quiet,
     )
     if report is not None:
@@ -186,15 +198,15 @@ def _workload(
     shape_spec: PatternSpec,
     workload_file: Path | None,
     trace_format: str | None,
-    window: str | None,
-    speed: float,
+    trace_flags: tuple[str | None, float, float, float],
 ) -> Any:
+    """The workload to send; `trace_flags`: --window, --speed, --prompt-scale, --output-scale."""
     from burstguard.workload.synth import synthesize
     from burstguard.workload.traces import load_workload
     from burstguard.workload.transform import window_and_speed
 
     if workload_file is not None:
-        workload = window_and_speed(load_workload(workload_file, trace_format), window, speed)
+        workload = window_and_speed(load_workload(workload_file, trace_format), *trace_flags)
     elif pattern_spec is not None:
         workload = synthesize(pattern_spec)
     else:  # closed loop: a pool of request shapes, used in turn

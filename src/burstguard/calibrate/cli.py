@@ -1,8 +1,9 @@
 """`burstguard calibrate --target URL --out PROFILE.yaml`: fit a `fitted` emulator profile.
 
-It times lone prefills of several prompt lengths and decode steps at several batch sizes on
-the live engine, fits the linear step-time model (calibrate/fit.py) and reads the KV cache
-capacity from vLLM's `vllm:cache_config_info` (or takes `--kv-cache-tokens`). The result
+It times lone prefills of several prompt lengths, bursts of short prompts sent together
+and decode steps at several batch sizes on the live engine, fits the linear step-time
+model (calibrate/fit.py) and reads the KV cache capacity from vLLM's
+`vllm:cache_config_info` (or takes `--kv-cache-tokens`). The result
 loads with `burstguard emulate --profile PROFILE.yaml` and `burstguard sim --profile ...`.
 Run it on an otherwise idle engine: concurrent traffic would be timed as step time.
 """
@@ -23,7 +24,7 @@ import yaml
 
 from burstguard.bench.preflight import check_target, served_cards
 from burstguard.calibrate.fit import StepSample, fit_step_model
-from burstguard.calibrate.probe import Target, decode_samples, prefill_samples
+from burstguard.calibrate.probe import Target, burst_samples, decode_samples, prefill_samples
 from burstguard.errors import UserError
 
 _CACHE_INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.M)
@@ -35,6 +36,9 @@ def _get(url: str) -> str:
             return resp.read().decode()
     except (urllib.error.URLError, OSError) as exc:
         raise UserError(f"cannot reach {url}: {exc}") from exc
+
+
+BURST_PROMPT_TOKENS = 64
 
 
 def kv_capacity_from_metrics(text: str) -> tuple[int, int] | None:
@@ -58,11 +62,12 @@ def _parse_ints(text: str, what: str) -> list[int]:
 
 
 async def _measure(
-    t: Target, lengths: list[int], batches: list[int], repeats: int
+    t: Target, lengths: list[int], batches: list[int], bursts: list[int], repeats: int
 ) -> list[StepSample]:
     async with aiohttp.ClientSession() as session:
         await prefill_samples(session, t, [lengths[0]], 2, lambda _: None)  # warm up
         samples = await prefill_samples(session, t, lengths, repeats, print)
+        samples += await burst_samples(session, t, bursts, BURST_PROMPT_TOKENS, print)
         long_prompt = min(512, max(lengths))
         samples += await decode_samples(session, t, batches, [16, long_prompt], print)
     return samples
@@ -79,6 +84,9 @@ def calibrate(
     batch_sizes: Annotated[str, typer.Option(help="decode probes, running requests")] = (
         "1,2,4,8,16,24,32"
     ),
+    burst_sizes: Annotated[
+        str, typer.Option(help=f"burst prefill probes, {BURST_PROMPT_TOKENS}-token prompts at once")
+    ] = "4,12,24",
     repeats: Annotated[int, typer.Option(min=1, help="timings per prefill length")] = 3,
     kv_cache_tokens: Annotated[
         int | None, typer.Option(min=1, help="KV capacity (default: vLLM's cache_config_info)")
@@ -91,6 +99,7 @@ def calibrate(
     max_len = next((c.get("max_model_len") for c in served_cards(base) if c["id"] == served), None)
     lengths = _parse_ints(prompt_lengths, "--prompt-lengths")
     batches = _parse_ints(batch_sizes, "--batch-sizes")
+    bursts = _parse_ints(burst_sizes, "--burst-sizes")
     if kv_cache_tokens is None:
         cap = kv_capacity_from_metrics(_get(base + "/metrics"))
         if cap is None:
@@ -101,7 +110,7 @@ def calibrate(
         raise UserError(f"--prompt-lengths up to {max(lengths)} exceed max_model_len {max_len}")
     t = Target(base, served, speedup)
     print(f"calibrating {t.model} at {base}")
-    samples = asyncio.run(_measure(t, lengths, batches, repeats))
+    samples = asyncio.run(_measure(t, lengths, batches, bursts, repeats))
     fitted, quality = fit_step_model(samples)
     doc: dict[str, Any] = {
         "schema": "burstguard.profile/1",
@@ -113,6 +122,7 @@ def calibrate(
             "c_prefill_token_s": fitted.c_prefill_token_s,
             "c_decode_seq_s": fitted.c_decode_seq_s,
             "c_context_token_s": fitted.c_context_token_s,
+            "c_prefill_seq_s": fitted.c_prefill_seq_s,
             "kv_cache_tokens": int(kv_cache_tokens),
             "fit": {**quality, "steps": [asdict(s) for s in samples]},
         },
@@ -122,8 +132,10 @@ def calibrate(
     print(
         f"step = {fitted.c0_s * 1e3:.2f} ms + {fitted.c_prefill_token_s * 1e6:.1f} us/prefill "
         f"token + {fitted.c_decode_seq_s * 1e3:.2f} ms/decode seq + "
-        f"{fitted.c_context_token_s * 1e6:.3f} us/context token; median error prefill "
-        f"{quality.get('prefill_median_rel_error', 0):.1%}, decode "
+        f"{fitted.c_context_token_s * 1e6:.3f} us/context token + "
+        f"{fitted.c_prefill_seq_s * 1e3:.2f} ms/new request; median error prefill "
+        f"{quality.get('prefill_median_rel_error', 0):.1%}, burst "
+        f"{quality.get('burst_median_rel_error', 0):.1%}, decode "
         f"{quality.get('decode_median_rel_error', 0):.1%}"
     )
     print(f"wrote {out}")

@@ -1,9 +1,12 @@
 """The fit behind `burstguard calibrate`: measured step times -> a `FittedModel`.
 
 Each sample is one engine step whose composition is known from how it was provoked (a lone
-prefill of P tokens; a decode step of B running requests holding C context tokens). The
-linear model step = c0 + a*prefill + b*decode_seqs + c*context is fitted by non-negative
-least squares on *relative* error, so the fast decode steps weigh as much as long prefills.
+prefill of P tokens; B prompts of P tokens sent at once; a decode step of B running
+requests holding C context tokens). The linear model
+step = c0 + a*prefill + b*decode_seqs + c*context + r*prefill_seqs is fitted by
+non-negative least squares on *relative* error, so the fast decode steps weigh as much as
+long prefills. Lone and burst prefills together tell r (a cost per request, paid once per
+prompt) from a (per prompt token).
 """
 
 from __future__ import annotations
@@ -21,23 +24,27 @@ from burstguard.engine.perf_model import BatchShape, FittedModel
 class StepSample:
     """One measured step: its shape and its duration in engine seconds."""
 
-    kind: str  # "prefill" | "decode"
+    kind: str  # "prefill" | "burst" | "decode"
     prefill_tokens: int
     decode_seqs: int
     context_tokens: int
     seconds: float
+    prefill_seqs: int = 0
 
     def shape(self) -> BatchShape:
-        return BatchShape(self.prefill_tokens, self.decode_seqs, self.context_tokens, 0)
+        return BatchShape(
+            self.prefill_tokens, self.decode_seqs, self.context_tokens, 0, self.prefill_seqs
+        )
 
 
 def fit_step_model(samples: list[StepSample]) -> tuple[FittedModel, dict[str, Any]]:
     """The non-negative linear fit and its quality (relative errors per kind of sample)."""
     usable = [s for s in samples if s.seconds > 0]
-    if len(usable) < 4:
-        raise ValueError(f"need at least 4 measured steps to fit 4 coefficients, got {len(usable)}")
+    if len(usable) < 5:
+        raise ValueError(f"need at least 5 measured steps to fit 5 coefficients, got {len(usable)}")
     rows = np.array(
-        [[1.0, s.prefill_tokens, s.decode_seqs, s.context_tokens] for s in usable], dtype=float
+        [[1.0, s.prefill_tokens, s.decode_seqs, s.context_tokens, s.prefill_seqs] for s in usable],
+        dtype=float,
     )
     target = np.array([s.seconds for s in usable])
     coef, _ = nnls(rows / target[:, None], np.ones(len(usable)))

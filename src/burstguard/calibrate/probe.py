@@ -1,7 +1,11 @@
 """Provoking steps of known shape on a live engine and timing them (the I/O of calibrate).
 
 - prefill: one request at a time, max_tokens 1: its TTFT is one step that prefills the
-  whole prompt (plus HTTP and tokenizer overhead, which the fit's constant absorbs);
+  whole prompt (plus HTTP and tokenizer overhead);
+- burst: B requests of one prompt length sent together, max_tokens 1: the last first
+  token comes when all B prompts are prefilled, so the time includes what the server
+  spends per request (tokenising, setting it up) B times — which a lone prefill cannot
+  tell from the step's constant;
 - decode: B requests sent together, with short and with long prompts (so the per-sequence
   and the per-context-token costs can be told apart): once all are running, every gap
   between tokens is one decode step of B sequences over their context.
@@ -70,7 +74,21 @@ async def prefill_samples(
             true_len = a.prompt_tokens or n
         step = statistics.median(ttfts)
         progress(f"prefill {true_len:5d} tokens: {step * 1000:8.1f} ms")
-        samples.append(StepSample("prefill", true_len, 0, 0, step))
+        samples.append(StepSample("prefill", true_len, 0, 0, step, prefill_seqs=1))
+    return samples
+
+
+async def burst_samples(
+    session: aiohttp.ClientSession, t: Target, sizes: list[int], prompt_tokens: int,
+    progress: Callable[[str], None],
+) -> list[StepSample]:  # fmt: skip
+    samples = []
+    for b in sizes:
+        attempts = await asyncio.gather(*(_one(session, t, prompt_tokens, 1) for _ in range(b)))
+        last = max(a.ttft_s or 0.0 for a in attempts) * t.speedup
+        prompt = int(statistics.median(a.prompt_tokens or prompt_tokens for a in attempts))
+        progress(f"burst   {b:5d} x {prompt:5d}-token prompts: {last * 1000:8.1f} ms to the last")
+        samples.append(StepSample("burst", b * prompt, 0, 0, last, prefill_seqs=b))
     return samples
 
 

@@ -8,7 +8,9 @@ Two kinds, both data-driven (figures live in profile YAML files, not here):
   4 * layers * (heads * head_dim) per (query token, context token) pair.
 - `FittedModel`: a linear fit to measured step times (what `burstguard calibrate` writes):
   step = c0 + c_prefill_token * prefill_tokens + c_decode_seq * decode_seqs
-         + c_context_token * context_tokens.
+         + c_context_token * context_tokens + c_prefill_seq * prefill_seqs
+  (the last: a cost per request whose prompt the step prefills — on a real server the
+  request's tokenisation and setup, which a burst pays once per request).
 """
 
 from __future__ import annotations
@@ -23,13 +25,15 @@ class BatchShape:
 
     prefill_tokens: tokens of prompt (or recompute) chunks; decode_seqs: requests that
     compute exactly their one newest token; context_tokens: KV tokens already cached that
-    the step's attention reads; attention_pairs: (query, key) pairs of all attention.
+    the step's attention reads; attention_pairs: (query, key) pairs of all attention;
+    prefill_seqs: requests whose prefill starts in this step (their first chunk).
     """
 
     prefill_tokens: int
     decode_seqs: int
     context_tokens: int
     attention_pairs: int
+    prefill_seqs: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -79,6 +83,7 @@ class FittedModel:
     c_prefill_token_s: float
     c_decode_seq_s: float
     c_context_token_s: float
+    c_prefill_seq_s: float = 0.0
 
     def step_time(self, batch: BatchShape) -> float:
         if batch.num_tokens == 0:
@@ -88,4 +93,5 @@ class FittedModel:
             + self.c_prefill_token_s * batch.prefill_tokens
             + self.c_decode_seq_s * batch.decode_seqs
             + self.c_context_token_s * batch.context_tokens
+            + self.c_prefill_seq_s * batch.prefill_seqs
         )

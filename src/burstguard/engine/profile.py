@@ -62,6 +62,7 @@ class FittedSection(_Strict):
     c_prefill_token_s: float = Field(ge=0)
     c_decode_seq_s: float = Field(ge=0)
     c_context_token_s: float = Field(ge=0)
+    c_prefill_seq_s: float = Field(default=0.0, ge=0)
     kv_cache_tokens: int | None = Field(default=None, gt=0)
     kv_cache_blocks: int | None = Field(default=None, gt=0)
     kv_block_size: int = Field(default=16, gt=0)
@@ -150,7 +151,10 @@ class Profile:
         d = self.data
         if d.fitted is not None:
             f = d.fitted
-            return FittedModel(f.c0_s, f.c_prefill_token_s, f.c_decode_seq_s, f.c_context_token_s)
+            return FittedModel(
+                f.c0_s, f.c_prefill_token_s, f.c_decode_seq_s, f.c_context_token_s,
+                f.c_prefill_seq_s,
+            )  # fmt: skip
         m, hw, rl = d.model, d.hardware, d.roofline
         assert hw is not None and rl is not None
         assert m.params and m.weight_bytes and m.num_layers and m.num_heads and m.head_dim

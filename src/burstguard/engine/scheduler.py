@@ -186,7 +186,7 @@ class Scheduler:
 
 
 def _shape(scheduled: dict[EngineRequest, int]) -> BatchShape:
-    prefill = decode = context = pairs = 0
+    prefill = decode = context = pairs = prefill_seqs = 0
     for req, n in scheduled.items():
         done = req.num_computed_tokens
         context += done
@@ -195,5 +195,6 @@ def _shape(scheduled: dict[EngineRequest, int]) -> BatchShape:
             pairs += done + 1
         else:
             prefill += n
+            prefill_seqs += done == 0  # its first chunk (a recompute starts over)
             pairs += n * done + n * (n + 1) // 2
-    return BatchShape(prefill, decode, context, pairs)
+    return BatchShape(prefill, decode, context, pairs, prefill_seqs)

@@ -141,13 +141,11 @@ class GatewayCore:
         off the rate), until aging (`max_wait_s`) puts it ahead of everyone."""
         strict = self.config.policy.priority
         n, t = self._queue.tokens_ahead(cls.rank, strict)
-        rate = self._rate.rate
-        ahead = estimate_wait(t if self._adm.rate_unit == "tokens" else n, rate)
+        work, rate = (t if self._adm.rate_unit == "tokens" else n), self._rate.rate
+        ahead = estimate_wait(work, rate)
         if not strict:
             return ahead, ahead
-        wait = estimate_wait(
-            t if self._adm.rate_unit == "tokens" else n, rate, self._inflow.above(now, cls.rank)
-        )
+        wait = estimate_wait(work, rate, self._inflow.above(now, cls.rank))
         if cls.max_wait_s is not None and wait > cls.max_wait_s:
             wait = max(ahead, cls.max_wait_s)
         return wait, ahead

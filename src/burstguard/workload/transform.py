@@ -1,4 +1,5 @@
-"""Workload transforms: take a subset, slice a time window, replay faster, merge traces."""
+"""Workload transforms: take a subset, slice a time window, replay faster, scale token
+lengths, merge traces."""
 
 from __future__ import annotations
 
@@ -60,6 +61,21 @@ def scale_rate(workload: Workload, speed: float) -> Workload:
     return out
 
 
+def scale_tokens(workload: Workload, prompt: float = 1.0, output: float = 1.0) -> Workload:
+    """Multiplies prompt and output lengths (rounded, at least 1 token): a trace recorded
+    on a big deployment, sized to a small engine while keeping its arrivals and the shape
+    of its length distributions. Prefix hashes no longer match scaled prompts: dropped."""
+    if not (prompt > 0 and output > 0):
+        raise UserError(f"token scales must be > 0, got prompt {prompt}, output {output}")
+    out = take(workload, np.arange(len(workload)))
+    out.prompt_tokens = np.maximum(1, np.rint(workload.prompt_tokens * prompt)).astype(np.int64)
+    out.output_tokens = np.maximum(1, np.rint(workload.output_tokens * output)).astype(np.int64)
+    if prompt != 1.0:
+        out.prefix_hashes = None
+    out.meta["token_scale"] = {"prompt": prompt, "output": output}
+    return out
+
+
 def merge(workloads: Sequence[Workload]) -> Workload:
     """One workload holding every request of `workloads`, ordered by arrival.
 
@@ -112,12 +128,21 @@ def _flags(workload: Workload) -> np.ndarray:
     return np.zeros(len(workload), dtype=bool)
 
 
-def window_and_speed(workload: Workload, window: str | None, speed: float) -> Workload:
-    """The `--window START-END` and `--speed K` flags of analyze and bench, applied."""
+def window_and_speed(
+    workload: Workload,
+    window: str | None,
+    speed: float,
+    prompt_scale: float = 1.0,
+    output_scale: float = 1.0,
+) -> Workload:
+    """The trace flags of analyze and bench (`--window START-END`, `--speed K`,
+    `--prompt-scale F`, `--output-scale F`), applied."""
     if window:
         start, sep, end = window.partition("-")
         try:
             workload = slice_window(workload, float(start), float(end) if sep else None)
         except ValueError:
             raise UserError(f"--window {window!r}: expected START-END in seconds") from None
+    if prompt_scale != 1.0 or output_scale != 1.0:
+        workload = scale_tokens(workload, prompt_scale, output_scale)
     return scale_rate(workload, speed) if speed != 1.0 else workload
