@@ -12,7 +12,9 @@ them in one multi-second step, TTFT is two plateaus and p50 flips between them o
 step a request lands in (measured: +37% on one seed at 8192). The burst arrives over 2 s
 of engine time (0.1 s of wall time): accepting 24 simultaneous requests one by one costs
 the host a few wall milliseconds each, x20 (measured without the spread: p50 +6..13%).
-Measured here with both: p50 +4..7%, p95 +1%; the H100 case at 2.5x: p50 +6%, p95 +2%."""
+Measured with both: p50 +4..7%, p95 +1% with a profile of 0.9 ms per prefill token;
++0.8% / +0.7% with the current fit (3.5 ms: longer waits, the same host overhead); the
+H100 case at 2.5x: p50 +1..6%, p95 +0.5..2%."""
 
 from __future__ import annotations
 
