@@ -196,9 +196,9 @@ def _check_out(out: Path, force: bool) -> None:
 def _workload(
     pattern_spec: PatternSpec | None,
     shape_spec: PatternSpec,
-    workload_file: Path | None,
-    trace_format: str | None,
-    trace_flags: tuple[str | None, float, float, float],
+    workload_file: Path | None = None,
+    trace_format: str | None = None,
+    trace_flags: tuple[str | None, float, float, float] = (None, 1.0, 1.0, 1.0),
 ) -> Any:
     """The workload to send; `trace_flags`: --window, --speed, --prompt-scale, --output-scale."""
     from burstguard.workload.synth import synthesize
@@ -246,7 +246,7 @@ def _steady_vs_burst(
     steady_cfg = dataclasses.replace(config, out_dir=out / "steady", label="steady")
     if rate is None:
         steady_cfg.concurrency = config.concurrency or 32
-        steady_wl = _workload(None, shape_spec, None, None, None, 1.0)
+        steady_wl = _workload(None, shape_spec)
     else:
         steady_cfg.concurrency = None
         steady_wl = synthesize(dataclasses.replace(shape_spec, pattern="poisson", rate=rate))
