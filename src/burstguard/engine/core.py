@@ -64,7 +64,6 @@ class DecodeRun:
     entry of `tokens` is (request id, number of these steps it took part in — the first
     ones —, output tokens after them); `finished` requests ended at their last step."""
 
-    start_s: float
     ends: list[float]
     tokens: list[tuple[str, int, int]]
     finished: list[str]
@@ -176,9 +175,10 @@ class EngineCore:
         """Fast-forward for virtual time: runs, in one call, the consecutive steps from
         `now` that are pure decodes over the running requests and start before `until`
         (the next arrival), stopping where the batch could change: at the first finish
-        while requests wait, when the block pool might run short, or when a request ends
-        with nothing waiting (it just leaves the batch). Same state and times as that many
-        begin_step/end_step pairs; None when the next step is not such a step."""
+        while requests wait, or where the block pool might run short. With nothing
+        waiting, a finished request just leaves the batch and the run goes on. Same state
+        and times as that many begin_step/end_step pairs; None when the next step is not
+        such a step."""
         if self._step is not None:
             raise RuntimeError("run_decodes called while a step is in flight")
         sched = self.scheduler
@@ -201,7 +201,7 @@ class EngineCore:
             ends.append(t)
             context += seqs
             j += 1
-        return self._apply_decodes(now, ends)
+        return self._apply_decodes(ends)
 
     def _steps_with_free_blocks(self, limit: int) -> int:
         """The most steps (up to `limit`) whose new KV blocks, summed over the running
@@ -229,7 +229,7 @@ class EngineCore:
             lo, hi = (mid, hi) if need(mid) <= free else (lo, mid)
         return lo
 
-    def _apply_decodes(self, now: float, ends: list[float]) -> DecodeRun | None:
+    def _apply_decodes(self, ends: list[float]) -> DecodeRun | None:
         if not ends:
             return None
         pool, sched = self.pool, self.scheduler
@@ -252,7 +252,7 @@ class EngineCore:
                 finished.append(r.id)
         if finished:
             sched.running = [r for r in sched.running if r.status is RequestStatus.RUNNING]
-        return DecodeRun(start_s=now, ends=ends, tokens=tokens, finished=finished)
+        return DecodeRun(ends=ends, tokens=tokens, finished=finished)
 
     @property
     def stats(self) -> EngineStats:
