@@ -13,7 +13,10 @@ that finished inside the measured window, socket reads per request (the gateway 
 whatever its upstream read returned, so it can hand the client fewer, larger chunks than
 the emulator writes); the gateway's added TTFT (its percentile minus the direct one) and
 its throughput as a share of direct. A short sequential probe (one stream at a time)
-first gives the per-request cost of the extra hop with no contention. Per phase it reads
+first gives the per-request cost of the extra hop with no contention, and the gateway's CPU
+per request (its /proc CPU time over the probe; on a shared 2-core VM it varies +-15%
+between runs, so a change smaller than that needs an instruction count, e.g. the gateway
+under `valgrind --tool=callgrind` for a fixed number of requests). Per phase it reads
 each process's CPU seconds (/proc/PID/stat; the client's own process time) and the
 machine's (/proc/stat): a process near 1.0 core is CPU-bound (each is one asyncio
 thread); "other" is CPU used by processes outside the benchmark, which contends the run.
@@ -207,11 +210,14 @@ async def bench(args: argparse.Namespace, direct: str, via: str, pids: dict[str,
     payload = body(args.output_tokens)
     if args.probe:
         d = await probe(direct, args.probe, payload)
+        cpu0 = proc_cpu(pids["gateway"])
         g = await probe(via, args.probe, payload)
+        per_req = (proc_cpu(pids["gateway"]) - cpu0) / (args.probe + 10)
         print(f"sequential probe ({args.probe} requests each, one at a time): TTFT p50 direct "
               f"{ms(pct(d, .5))} ms, gateway {ms(pct(g, .5))} ms, added "
               f"{ms(pct(g, .5) - pct(d, .5))} ms; p99 added "
-              f"{ms(pct(g, .99) - pct(d, .99))} ms")  # fmt: skip
+              f"{ms(pct(g, .99) - pct(d, .99))} ms; gateway CPU {per_req * 1e3:.2f} ms "
+              "per request")  # fmt: skip
     phases: list[Phase] = []
     print(f"{'phase':<7}{'target':<9}{'reqs':>7}{'err':>5}{'tok/s':>9}{'reads/req':>10}"
           f"{'p50 ms':>9}{'p99 ms':>9}   CPU cores: emulator gateway client other "

@@ -39,7 +39,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from burstguard.emulator.tokens import count_tokens
 from burstguard.errors import UserError
@@ -73,21 +73,6 @@ def retry_after_header(seconds: float | None) -> str:
     if seconds is None or not math.isfinite(seconds):
         return "1"
     return str(max(1, math.ceil(seconds)))
-
-
-class RequestIds:
-    """Request ids unique across gateway processes: a random 64-bit prefix per process and
-    a counter (cheaper per request than uuid4, which reads os.urandom)."""
-
-    __slots__ = ("_n", "_prefix")
-
-    def __init__(self) -> None:
-        self._prefix = uuid.uuid4().hex[:16]
-        self._n = 0
-
-    def next(self) -> str:
-        self._n += 1
-        return f"{self._prefix}{self._n:x}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +212,6 @@ class Gateway:
         self.base = self.backend.url.rstrip("/")
         self.metrics = GatewayMetrics(self._snapshot, clock)
         self._waiting: dict[str, asyncio.Future[Shed | None]] = {}
-        self._ids = RequestIds()
         self._session: aiohttp.ClientSession | None = None
         self.monitor: BackendMonitor | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -383,7 +367,7 @@ class Gateway:
             data = json.loads(body)
             data.pop("priority", None)
             body = _json_bytes(data)
-        rid = self._ids.next()
+        rid = uuid.uuid4().hex[:20]
         ex = _Exchange(rid, cls, tenant, path, gen.stream, arrival, prompt_tokens)
         self.metrics.arrived(cls)
         gr = GatewayRequest(rid, arrival, prompt_tokens, gen.output_limit(), cls, tenant, path)
@@ -649,7 +633,7 @@ class Gateway:
             backend_up=up,
         )
 
-    def build(self) -> ASGIApp:
+    def build(self) -> Starlette:
         self._openapi = openapi_schema()
 
         @asynccontextmanager
@@ -671,7 +655,7 @@ class Gateway:
 
         chat = self.endpoint(ChatCompletionRequest, "/v1/chat/completions")
         completions = self.endpoint(CompletionRequest, "/v1/completions")
-        starlette = Starlette(
+        return Starlette(
             routes=[
                 Route("/v1/chat/completions", chat, methods=["POST"]),
                 Route("/v1/completions", completions, methods=["POST"]),
@@ -684,7 +668,6 @@ class Gateway:
             exception_handlers={404: not_found, 405: bad_method, Exception: crashed},
             lifespan=lifespan,
         )
-        return _FastGeneration(starlette, {chat.path: chat, completions.path: completions})
 
 
 class _ClientGone(Exception):
@@ -697,29 +680,10 @@ class _GenerationEndpoint:
     def __init__(self, gw: Gateway, model: type[GenerationRequest], path: str) -> None:
         self._gw = gw
         self._model = model
-        self.path = path
+        self._path = path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._gw.generate(scope, receive, send, self._model, self.path)
-
-
-class _FastGeneration:
-    """The app uvicorn runs: generation POSTs go straight to their endpoint, the rest
-    (lifespan, other routes, 404/405) through Starlette.
-
-    Why: Starlette's middleware wraps `send` twice, and a streamed answer calls `send` once
-    per chunk; `generate` handles its own errors, so the wrappers only cost CPU there."""
-
-    def __init__(self, app: Starlette, generation: dict[str, _GenerationEndpoint]) -> None:
-        self._app = app
-        self._generation = generation
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            endpoint = self._generation.get(scope["path"])
-            if endpoint is not None:
-                return await endpoint(scope, receive, send)
-        await self._app(scope, receive, send)
+        await self._gw.generate(scope, receive, send, self._model, self._path)
 
 
 async def _watch(receive: Receive, ex: _Exchange, task: asyncio.Task[Any]) -> None:
@@ -734,6 +698,6 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 6)
 
 
-def build_app(config: GatewayConfig) -> ASGIApp:
+def build_app(config: GatewayConfig) -> Starlette:
     """The gateway as an ASGI app (uvicorn runs it)."""
     return Gateway(config).build()
