@@ -21,7 +21,8 @@ def test_calibrate_recovers_a_known_engine(tmp_path: Path) -> None:
     truth = tmp_path / "truth.yaml"
     truth.write_text(yaml.safe_dump({
         "schema": "burstguard.profile/1", "name": "truth",
-        "model": {"name": "truth-model", "max_model_len": 4096}, "fitted": TRUTH,
+        "model": {"name": "truth-model", "max_model_len": 4096, "chat_template_tokens": 17},
+        "fitted": TRUTH,
     }))  # fmt: skip
     out = tmp_path / "fitted.yaml"
     with start_emulator(tmp_path, profile=str(truth), speedup=1.0) as proc:
@@ -36,7 +37,10 @@ def test_calibrate_recovers_a_known_engine(tmp_path: Path) -> None:
     want, got = Profile.load(truth), Profile.load(out)
     for shape in SHAPES:  # the fitted model predicts steps it was not shown
         assert abs(got.step_time(shape) / want.step_time(shape) - 1) < 0.25, shape
-    fitted = yaml.safe_load(out.read_text())["fitted"]
+    doc = yaml.safe_load(out.read_text())
+    # the emulator counts the truth's chat template into a chat prompt; calibrate reads it back
+    assert doc["model"]["chat_template_tokens"] == 17
+    fitted = doc["fitted"]
     # measured locally: prefill 100.8 us/token, decode 1.99 ms/seq, against the truth's
     # 100 us and 2.00 ms, and 0.94 ms per new request (the HTTP hop; the truth has none).
     # Before the burst probes separated that per-request cost, prefill read 119.7 us.

@@ -24,7 +24,13 @@ import yaml
 
 from burstguard.bench.preflight import check_target, served_cards
 from burstguard.calibrate.fit import StepSample, fit_step_model
-from burstguard.calibrate.probe import Target, burst_samples, decode_samples, prefill_samples
+from burstguard.calibrate.probe import (
+    Target,
+    burst_samples,
+    chat_template_tokens,
+    decode_samples,
+    prefill_samples,
+)
 from burstguard.errors import UserError
 
 _CACHE_INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.M)
@@ -63,14 +69,17 @@ def _parse_ints(text: str, what: str) -> list[int]:
 
 async def _measure(
     t: Target, lengths: list[int], batches: list[int], bursts: list[int], repeats: int
-) -> list[StepSample]:
+) -> tuple[list[StepSample], int]:
+    """The step samples, and the chat template's extra prompt tokens."""
     async with aiohttp.ClientSession() as session:
         await prefill_samples(session, t, [lengths[0]], 2, lambda _: None)  # warm up
+        chat_extra = await chat_template_tokens(session, t)
+        print(f"chat template: {chat_extra} prompt tokens beyond burstguard's count")
         samples = await prefill_samples(session, t, lengths, repeats, print)
         samples += await burst_samples(session, t, bursts, BURST_PROMPT_TOKENS, print)
         long_prompt = min(512, max(lengths))
         samples += await decode_samples(session, t, batches, [16, long_prompt], print)
-    return samples
+    return samples, chat_extra
 
 
 def calibrate(
@@ -110,13 +119,17 @@ def calibrate(
         raise UserError(f"--prompt-lengths up to {max(lengths)} exceed max_model_len {max_len}")
     t = Target(base, served, speedup)
     print(f"calibrating {t.model} at {base}")
-    samples = asyncio.run(_measure(t, lengths, batches, bursts, repeats))
+    samples, chat_extra = asyncio.run(_measure(t, lengths, batches, bursts, repeats))
     fitted, quality = fit_step_model(samples)
     doc: dict[str, Any] = {
         "schema": "burstguard.profile/1",
         "name": name,
         "description": description or f"Fitted by burstguard calibrate against {t.model}.",
-        "model": {"name": t.model, "max_model_len": int(max_len or 2048)},
+        "model": {
+            "name": t.model,
+            "max_model_len": int(max_len or 2048),
+            "chat_template_tokens": chat_extra,
+        },
         "fitted": {
             "c0_s": fitted.c0_s,
             "c_prefill_token_s": fitted.c_prefill_token_s,

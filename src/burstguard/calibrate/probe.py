@@ -27,7 +27,7 @@ import aiohttp
 
 from burstguard.bench.stream import Attempt, send
 from burstguard.calibrate.fit import StepSample
-from burstguard.emulator.tokens import filler_text
+from burstguard.emulator.tokens import chat_content_for, filler_text
 from burstguard.errors import UserError
 
 _nonce = itertools.count()
@@ -58,6 +58,27 @@ async def _one(session: aiohttp.ClientSession, t: Target, prompt_tokens: int, ou
             f"{(attempt.detail or '')[:300]}"
         )
     return attempt
+
+
+CHAT_PROBE_TOKENS = 64
+
+
+async def chat_template_tokens(session: aiohttp.ClientSession, t: Target) -> int:
+    """What the engine's chat template adds to a chat prompt beyond burstguard's rule: one
+    chat request whose prompt is CHAT_PROBE_TOKENS by that rule, against the engine's usage
+    (SmolLM2's template, for one, inserts a default system prompt)."""
+    body = {
+        "model": t.model, "max_tokens": 1, "stream": True, "temperature": 0.0,
+        "messages": [{"role": "user", "content": chat_content_for(CHAT_PROBE_TOKENS)}],
+        "stream_options": {"include_usage": True},
+    }  # fmt: skip
+    a = await send(
+        session, t.base_url.rstrip("/") + "/v1/chat/completions", json.dumps(body).encode(),
+        {"content-type": "application/json"}, stream=True, timeout_s=t.timeout_s,
+    )  # fmt: skip
+    if not a.ok or not a.prompt_tokens:
+        return 0  # no chat endpoint or no usage: nothing to correct
+    return max(0, a.prompt_tokens - CHAT_PROBE_TOKENS)
 
 
 async def prefill_samples(

@@ -37,9 +37,10 @@ def _error(exc: ApiError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status)
 
 
-def _prompt_tokens(req: ChatCompletionRequest | CompletionRequest) -> int:
+def _prompt_tokens(req: ChatCompletionRequest | CompletionRequest, chat_extra: int) -> int:
+    """The engine's prompt count; a chat request adds the profile's chat template tokens."""
     if isinstance(req, ChatCompletionRequest):
-        return count_chat_tokens([m.model_dump() for m in req.messages])
+        return count_chat_tokens([m.model_dump() for m in req.messages]) + chat_extra
     prompt = req.prompt
     if isinstance(prompt, str):
         return count_tokens(prompt)
@@ -75,7 +76,7 @@ class EmulatorApp:
                 f"`{self.model_name}`", type_="NotFoundError", code="model_not_found",
                 param="model",
             )  # fmt: skip
-        prompt = _prompt_tokens(req)
+        prompt = _prompt_tokens(req, self.core.profile.chat_template_tokens)
         limit = self.core.max_model_len
         max_tokens = req.requested_max_tokens or max(1, limit - prompt)
         if prompt + max_tokens > limit:

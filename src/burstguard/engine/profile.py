@@ -37,6 +37,10 @@ class ModelSection(_Strict):
     head_dim: int | None = Field(default=None, gt=0)
     dtype_bytes: float | None = Field(default=None, gt=0)
     weight_bytes: float | None = Field(default=None, gt=0)
+    chat_template_tokens: int = Field(default=0, ge=0)
+    """Tokens the served model's chat template adds to a chat request beyond burstguard's
+    counting rule (`emulator.tokens`: 4 per message + 3): e.g. a default system prompt that
+    the template inserts. Measured by `burstguard calibrate` from the engine's usage."""
 
 
 class HardwareSection(_Strict):
@@ -127,6 +131,7 @@ class Profile:
         self.name = data.name
         self.model_name = data.model.name
         self.max_model_len = data.model.max_model_len
+        self.chat_template_tokens = data.model.chat_template_tokens
         self.perf: PerfModel = self._perf_model()
 
     @classmethod

@@ -35,7 +35,7 @@ from burstguard.gateway.core import (
     GatewayRequest,
     GatewayStats,
 )
-from burstguard.sim.loop import RecordBook, SimResult
+from burstguard.sim.loop import RecordBook, SimResult, served_prompt
 from burstguard.workload.spec import Workload
 
 __all__ = ["GatewaySimResult", "gateway_summary", "simulate_gateway"]
@@ -80,7 +80,7 @@ class _GatewaySim:
             rec = self.book.records[r.id]
             try:
                 self.engine.add_request(
-                    EngineRequest(r.id, r.prompt_tokens, self.max_tokens[r.id], now), now
+                    EngineRequest(r.id, rec.prompt_tokens, self.max_tokens[r.id], now), now
                 )
             except RequestRejected:  # the backend's 400 passes through to the client
                 self.gw.fail(r.id, now)
@@ -103,7 +103,7 @@ class _GatewaySim:
         spec = self.workload.spec(i)
         now = spec.arrival_s
         cls = self.config.class_by_name(spec.priority_class).name
-        rec = self.book.open(spec, priority_class=cls)
+        rec = self.book.open(spec, served_prompt(spec, self.engine.profile), priority_class=cls)
         self.max_tokens[spec.id] = spec.max_tokens
         req = GatewayRequest(spec.id, now, spec.prompt_tokens, spec.max_tokens, cls, spec.tenant)
         adm = self.gw.submit(req, now)

@@ -48,10 +48,13 @@ class RecordBook:
         self.produced: dict[str, int] = {}
         self._last_token_at: dict[str, float] = {}
 
-    def open(self, spec: RequestSpec, priority_class: str | None = None) -> RequestRecord:
+    def open(
+        self, spec: RequestSpec, prompt_tokens: int, priority_class: str | None = None
+    ) -> RequestRecord:
+        """A record for `spec`; `prompt_tokens` as the engine counts them (`served_prompt`)."""
         rec = RequestRecord(
             id=spec.id, scheduled_s=spec.arrival_s, sent_s=spec.arrival_s,
-            prompt_tokens=spec.prompt_tokens,
+            prompt_tokens=prompt_tokens,
             priority_class=priority_class if priority_class is not None else spec.priority_class,
             tenant=spec.tenant,
         )  # fmt: skip
@@ -108,6 +111,13 @@ class RecordBook:
         rec.status = 200
 
 
+def served_prompt(spec: RequestSpec, profile: Profile) -> int:
+    """The prompt as the engine counts it: the sim serves every request the way `burstguard
+    bench` sends it by default, as a chat request, so the profile's chat template tokens are
+    added (as the emulator does, and the real engine's template does)."""
+    return spec.prompt_tokens + profile.chat_template_tokens
+
+
 def simulate(
     workload: Workload, config: EngineConfig, profile: Profile, fast_forward: bool = True
 ) -> SimResult:
@@ -122,12 +132,13 @@ def simulate(
     while True:
         while i < n and arrivals[i] <= now:
             spec = workload.spec(i)
-            rec = book.open(spec)
+            prompt = served_prompt(spec, profile)
+            rec = book.open(spec, prompt)
             try:
                 core.add_request(
                     EngineRequest(
                         id=spec.id,
-                        prompt_tokens=spec.prompt_tokens,
+                        prompt_tokens=prompt,
                         max_tokens=spec.max_tokens,
                         arrival_s=spec.arrival_s,
                         priority=priority_of(spec.priority_class),
