@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -185,3 +188,22 @@ def test_fast_forward_gives_the_same_results_as_single_steps(
     assert (fast.steps, fast.preemptions, fast.end_s) == (
         single.steps, single.preemptions, single.end_s,
     )  # fmt: skip
+
+
+def test_sim_adds_the_profiles_chat_template_tokens(tmp_path: Path) -> None:
+    """The sim serves requests as bench sends them (chat), so a profile's chat template
+    tokens lengthen every prompt: they show in the records and cost prefill time."""
+    doc = yaml.safe_load(Profile.load("smollm2-135m-cpu").path.read_text())
+    spec = PatternSpec(
+        pattern="constant", duration_s=50, rate=0.2, seed=3, prompt_tokens="60", output_tokens="4"
+    )  # 5 s apart: each prefill runs alone
+    ttft = {}
+    for extra in (0, 200):
+        doc["model"]["chat_template_tokens"] = extra
+        path = tmp_path / f"p{extra}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        result = simulate(synthesize(spec), EngineConfig(max_num_seqs=8), Profile.load(path))
+        assert {r.prompt_tokens for r in result.records} == {60 + extra}
+        ttft[extra] = summarize(result.records, duration_s=50, source="sim")["ttft_s"]["p50"]
+    per_token = doc["fitted"]["c_prefill_token_s"]
+    assert ttft[200] - ttft[0] == pytest.approx(200 * per_token, rel=0.05)
