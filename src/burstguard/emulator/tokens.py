@@ -5,7 +5,9 @@ cheap, deterministic and the same everywhere, so that a prompt the bench synthes
 N tokens is counted as N tokens by the emulator. The rule: a text of `c` characters is
 `ceil(c / 4)` tokens (the usual ~4 characters per token of English BPE vocabularies).
 A chat prompt adds a fixed overhead per message (role and delimiters, as chat templates
-do) and once for the reply header. `filler_text(n)` is the inverse: a text of exactly
+do) and once for the reply header; the emulator and the sim add a profile's
+`model.chat_template_tokens` on top (what a real model's template inserts, measured by
+`burstguard calibrate`). `filler_text(n)` is the inverse: a text of exactly
 `n` tokens under this rule; the emulator's generated tokens are such 4-character pieces,
 so `count_tokens(output) == completion_tokens`.
 """
