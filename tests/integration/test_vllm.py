@@ -23,7 +23,7 @@ from burstguard.scrape import metric_sum, parse_metrics
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
 # |emulated / real - 1| for p50/p95 TTFT and E2E (measured: see docs/fidelity.md)
-FIDELITY_BOUND = 0.50
+FIDELITY_BOUND = 0.30
 # The names bench, compare and the gateway read from an engine's /metrics.
 READ_NAMES = (
     "vllm:num_requests_waiting",
