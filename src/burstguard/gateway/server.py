@@ -367,7 +367,8 @@ class Gateway:
             data = json.loads(body)
             data.pop("priority", None)
             body = _json_bytes(data)
-        rid = uuid.uuid4().hex[:20]
+        # a whole UUID4: backends may validate it (llama-cpp-python answers 400 otherwise)
+        rid = uuid.uuid4().hex
         ex = _Exchange(rid, cls, tenant, path, gen.stream, arrival, prompt_tokens)
         self.metrics.arrived(cls)
         gr = GatewayRequest(rid, arrival, prompt_tokens, gen.output_limit(), cls, tenant, path)
