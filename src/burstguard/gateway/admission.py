@@ -29,6 +29,7 @@ from burstguard.gateway.config import AdmissionConfig
 from burstguard.gateway.request import BackendState
 
 _WINDOW_S = 1.0  # saturated time that makes one rate sample
+_PROVISIONAL_S = 0.25  # saturated time before a partial window stands in for the first sample
 
 
 class ServiceRate:
@@ -36,7 +37,7 @@ class ServiceRate:
 
     def __init__(self, half_life_s: float, prior: float | None) -> None:
         self._half_life = half_life_s
-        self.rate: float | None = prior
+        self._ewma: float | None = prior
         self._last = 0.0
         self._saturated = False
         self._sat_time = 0.0
@@ -51,6 +52,16 @@ class ServiceRate:
         self._last = max(self._last, now)
         self._saturated = saturated
 
+    @property
+    def rate(self) -> float | None:
+        """The EWMA; before its first sample, what the partial window has seen finish (else
+        a burst's first second reads as no rate, so no wait, and admits what it must shed)."""
+        if self._ewma is not None:
+            return self._ewma
+        if self._sat_time >= _PROVISIONAL_S and self._sat_work > 0:
+            return self._sat_work / self._sat_time
+        return None
+
     def on_finish(self, now: float, work: float) -> None:
         """`work` finished at `now` (call `observe` first)."""
         if self._saturated:
@@ -58,11 +69,11 @@ class ServiceRate:
 
     def _sample(self) -> None:
         sample = self._sat_work / self._sat_time
-        if self.rate is None:
-            self.rate = sample
+        if self._ewma is None:
+            self._ewma = sample
         else:
             alpha = 1.0 - math.pow(0.5, self._sat_time / self._half_life)
-            self.rate += alpha * (sample - self.rate)
+            self._ewma += alpha * (sample - self._ewma)
         self._sat_time = self._sat_work = 0.0
 
 
