@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +129,19 @@ def assert_openai_chat_works(c: Any, model: str) -> None:
     content = [ch for ch in chunks if ch.choices and ch.choices[0].delta.content]
     assert len(content) == 7
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 7
+
+
+@contextlib.asynccontextmanager
+async def serve_app(app: Any) -> AsyncIterator[str]:
+    """An aiohttp.web Application on a free 127.0.0.1 port for the block; yields its URL."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()

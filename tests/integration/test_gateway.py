@@ -10,6 +10,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,50 @@ def start_gateway(tmp_path: Path, backend: str, config: dict[str, Any]) -> Manag
     )
     proc.base_url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
     return proc
+
+
+# Two classes, interactive strictly first, with deadlines no test burst reaches.
+INTERACTIVE_OVER_BATCH: dict[str, Any] = {
+    "default_class": "batch",
+    "classes": [
+        {"name": "interactive", "rank": 0, "queue_deadline_s": 120.0},
+        {"name": "batch", "rank": 1, "queue_deadline_s": 120.0},
+    ],
+}
+
+
+@dataclass
+class ClassedStream:
+    """One streamed answer as its client saw it (monotonic seconds)."""
+
+    cls: str
+    status: int
+    sent: float
+    first_token: float = 0.0
+    end: float = 0.0
+    retry_after: str | None = None
+
+    @property
+    def ttft(self) -> float:
+        return self.first_token - self.sent
+
+
+async def stream_as(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any], cls: str, delay: float = 0.0
+) -> ClassedStream:
+    """Sends `body` streamed in priority class `cls` after `delay` and reads it to the end."""
+    await asyncio.sleep(delay)
+    out = ClassedStream(cls, 0, time.monotonic())
+    async with session.post(url, json=body, headers={"x-burstguard-class": cls}) as r:
+        out.status = r.status
+        if r.status != 200:
+            out.retry_after = r.headers.get("retry-after")
+            return out
+        async for line in r.content:
+            if line.startswith(b"data: {") and not out.first_token:
+                out.first_token = time.monotonic()
+    out.end = time.monotonic()
+    return out
 
 
 def get(url: str) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -17,7 +16,12 @@ from typing import Any
 import aiohttp
 import pytest
 from tests.conftest import BURSTGUARD
-from tests.integration.test_gateway import start_gateway
+from tests.integration.test_gateway import (
+    INTERACTIVE_OVER_BATCH,
+    ClassedStream,
+    start_gateway,
+    stream_as,
+)
 
 from burstguard.bench.summary import read_summary
 from burstguard.engines import llama_cpp
@@ -61,35 +65,17 @@ def test_gateway_serializes_and_orders_a_burst_for_llama_cpp(
     from openai import OpenAI
 
     config = {
-        "default_class": "batch",
-        "classes": [
-            {"name": "interactive", "rank": 0, "queue_deadline_s": 120.0},
-            {"name": "batch", "rank": 1, "queue_deadline_s": 120.0},
-        ],
+        **INTERACTIVE_OVER_BATCH,
         "admission": {"max_in_flight": 1, "min_in_flight": 1, "max_queue_requests": 8},
     }
     prompt = {"model": MODEL, "prompt": "Tell me a story about a cat.", "stream": True}
     # a batch answer (64 tokens, ~0.6 s here) still runs when the interactive wave comes
     bodies = {"batch": {**prompt, **fixed(64)}, "interactive": {**prompt, **fixed(16)}}
 
-    async def burst(base: str) -> tuple[list[tuple[str, int, float, float, str | None]], float]:
-        out: list[tuple[str, int, float, float, str | None]] = []  # class, status, ttft, end
+    async def burst(base: str) -> tuple[list[ClassedStream], float]:
         peak_in_flight = 0.0
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-
-            async def one(cls: str, delay: float) -> None:
-                await asyncio.sleep(delay)
-                headers = {"x-burstguard-class": cls}
-                url = base + "/v1/completions"
-                async with session.post(url, json=bodies[cls], headers=headers) as r:
-                    if r.status != 200:
-                        out.append((cls, r.status, 0.0, 0.0, r.headers.get("retry-after")))
-                        return
-                    ttft = 0.0
-                    async for line in r.content:
-                        if line.startswith(b"data: {") and not ttft:
-                            ttft = time.monotonic()
-                    out.append((cls, 200, ttft, time.monotonic(), None))
+            url = base + "/v1/completions"
 
             async def watch(done: asyncio.Event) -> None:
                 nonlocal peak_in_flight
@@ -102,9 +88,10 @@ def test_gateway_serializes_and_orders_a_burst_for_llama_cpp(
 
             done = asyncio.Event()
             watcher = asyncio.create_task(watch(done))
-            jobs = [one("batch", 0.0) for _ in range(6)]
-            jobs += [one("interactive", 0.15) for _ in range(6)]
-            await asyncio.wait_for(asyncio.gather(*jobs), 300)
+            jobs = [stream_as(session, url, bodies["batch"], "batch") for _ in range(6)]
+            jobs += [stream_as(session, url, bodies["interactive"], "interactive", 0.15)
+                     for _ in range(6)]  # fmt: skip
+            out = await asyncio.wait_for(asyncio.gather(*jobs), 300)
             done.set()
             await watcher
         return out, peak_in_flight
@@ -117,16 +104,16 @@ def test_gateway_serializes_and_orders_a_burst_for_llama_cpp(
             model=MODEL, prompt="hello", stream=True, extra_body=fixed(5),
         ))  # fmt: skip
         assert sum(1 for ch in streamed if ch.choices and ch.choices[0].text) >= 4
-    shed = [r for r in results if r[1] == 429]
-    served = sorted((r for r in results if r[1] == 200), key=lambda r: r[2])
-    order = "".join(r[0][0] for r in served)  # i / b in first-token order
-    spans = [(r[2], r[3]) for r in served]
+    shed = [r for r in results if r.status == 429]
+    served = sorted((r for r in results if r.status == 200), key=lambda r: r.first_token)
+    order = "".join(r.cls[0] for r in served)  # i / b in first-token order
+    spans = [(r.first_token, r.end) for r in served]
     overlap = max(a_end - b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans))
     # fmt: off
     print(f"llama.cpp via gateway: served {len(served)} in order {order}, shed {len(shed)}, "
           f"peak in flight {peak:.0f}, worst overlap of consecutive streams {overlap:.3f} s")
     # fmt: on
-    assert [r[0] for r in shed] == ["batch"] * 3 and all(r[4] for r in shed)
+    assert [r.cls for r in shed] == ["batch"] * 3 and all(r.retry_after for r in shed)
     assert order.count("i") == 6 and order.count("b") == 3
     # the first batch request was already on the engine; the 2 queued ones wait for all 6
     assert order.startswith("b") and order[1:7] == "iiiiii", order

@@ -7,14 +7,18 @@ import asyncio
 import json
 import os
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 import aiohttp
 import pytest
 from tests.conftest import BURSTGUARD, start_emulator
-from tests.integration.test_gateway import start_gateway
+from tests.integration.test_gateway import (
+    INTERACTIVE_OVER_BATCH,
+    ClassedStream,
+    start_gateway,
+    stream_as,
+)
 
 from burstguard.bench.summary import read_summary
 from burstguard.engines import vllm_cpu
@@ -168,34 +172,16 @@ def test_gateway_holds_and_orders_a_burst_in_front_of_real_vllm(
     the newest batch (429 with Retry-After), and every interactive request is released
     before the queued batch ones, so its first token comes first."""
     config = {
-        "default_class": "batch",
-        "classes": [
-            {"name": "interactive", "rank": 0, "queue_deadline_s": 120.0},
-            {"name": "batch", "rank": 1, "queue_deadline_s": 120.0},
-        ],
+        **INTERACTIVE_OVER_BATCH,
         "admission": {"max_in_flight": 4, "min_in_flight": 1, "max_queue_requests": 20},
     }
     body = {"model": vllm_cpu.MODEL_NAME, "prompt": "tell me a story " * 15, "max_tokens": 16,
             "ignore_eos": True, "stream": True}  # fmt: skip
 
-    async def burst(base: str) -> tuple[list[tuple[str, int, float, str | None]], list]:
-        out: list[tuple[str, int, float, str | None]] = []
+    async def burst(base: str) -> tuple[list[ClassedStream], list]:
         engine: list[tuple[float, float, float]] = []  # (vLLM waiting, running, gateway queue)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-
-            async def one(cls: str, delay: float) -> None:
-                await asyncio.sleep(delay)
-                sent = time.monotonic()
-                headers = {"x-burstguard-class": cls}
-                async with session.post(base + "/v1/completions", json=body, headers=headers) as r:
-                    if r.status != 200:
-                        out.append((cls, r.status, 0.0, r.headers.get("retry-after")))
-                        return
-                    ttft = 0.0
-                    async for line in r.content:
-                        if line.startswith(b"data: {") and not ttft:
-                            ttft = time.monotonic() - sent
-                    out.append((cls, 200, ttft, None))
+            url = base + "/v1/completions"
 
             async def watch(done: asyncio.Event) -> None:
                 while not done.is_set():
@@ -212,25 +198,25 @@ def test_gateway_holds_and_orders_a_burst_in_front_of_real_vllm(
 
             done = asyncio.Event()
             watcher = asyncio.create_task(watch(done))
-            jobs = [one("batch", 0.0) for _ in range(12)]
-            jobs += [one("interactive", 0.3) for _ in range(16)]
-            await asyncio.wait_for(asyncio.gather(*jobs), 300)
+            jobs = [stream_as(session, url, body, "batch") for _ in range(12)]
+            jobs += [stream_as(session, url, body, "interactive", 0.3) for _ in range(16)]
+            out = await asyncio.wait_for(asyncio.gather(*jobs), 300)
             done.set()
             await watcher
         return out, engine
 
     with start_gateway(tmp_path, vllm_server, config) as gw:
         results, engine = asyncio.run(burst(gw.base_url))  # type: ignore[attr-defined]
-    shed = [r for r in results if r[1] == 429]
-    inter = [r[2] for r in results if r[0] == "interactive" and r[1] == 200]
-    batch = sorted(r[2] for r in results if r[0] == "batch" and r[1] == 200)
+    shed = [r for r in results if r.status == 429]
+    inter = [r.ttft for r in results if r.cls == "interactive" and r.status == 200]
+    batch = sorted(r.ttft for r in results if r.cls == "batch" and r.status == 200)
     print(f"served interactive {len(inter)}, batch {len(batch)}, shed {len(shed)}; "
           f"interactive TTFT max {max(inter):.2f} s, queued batch TTFT min {batch[4]:.2f} s; "
           f"vLLM waiting max {max(w for w, _, _ in engine):.0f}, running max "
           f"{max(r for _, r, _ in engine):.0f}, gateway queue max "
           f"{max(q for _, _, q in engine):.0f}")  # fmt: skip
     assert len(inter) == 16 and len(batch) == 8
-    assert [r[0] for r in shed] == ["batch"] * 4 and all(r[3] for r in shed)
+    assert [r.cls for r in shed] == ["batch"] * 4 and all(r.retry_after for r in shed)
     assert max(q for _, _, q in engine) >= 10  # the burst waits in the gateway...
     assert max(w for w, _, _ in engine) <= 1  # ...not in the engine
     assert max(r for _, r, _ in engine) <= 4

@@ -7,6 +7,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 from aiohttp import web
+from tests.conftest import serve_app
 
 from burstguard.bench.stream import Attempt, send
 
@@ -35,19 +36,10 @@ async def fetch(body: str) -> Attempt:
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        async with aiohttp.ClientSession() as session:
-            return await send(
-                session, f"http://127.0.0.1:{port}/v1/chat/completions", b"{}", {},
-                stream=True, timeout_s=10,
-            )  # fmt: skip
-    finally:
-        await runner.cleanup()
+    async with serve_app(app) as base, aiohttp.ClientSession() as session:
+        return await send(
+            session, base + "/v1/chat/completions", b"{}", {}, stream=True, timeout_s=10
+        )
 
 
 @pytest.mark.parametrize("sep", ["\n\n", "\r\n\r\n"])

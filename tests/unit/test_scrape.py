@@ -6,6 +6,7 @@ import math
 
 import pytest
 from aiohttp import web
+from tests.conftest import serve_app
 
 from burstguard.scrape import MetricsPoller, metric_sum, parse_metrics
 
@@ -60,18 +61,11 @@ async def test_poller_records_series_and_counts_failures() -> None:
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        poller = MetricsPoller(f"http://127.0.0.1:{port}/metrics", interval_s=0.02)
+    async with serve_app(app) as base:
+        poller = MetricsPoller(f"{base}/metrics", interval_s=0.02)
         for _ in range(3):
             await poller.poll_once()
         series = poller.series()
-    finally:
-        await runner.cleanup()
     assert poller.errors == 1 and "500" in (poller.last_error or "")
     assert series["llm_request_queue_depth"] == [1.0, 3.0]
     assert series["vllm:num_requests_waiting"] == [1.0, 1.0]
