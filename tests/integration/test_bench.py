@@ -187,7 +187,7 @@ class _TooBusyOnce(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(body)
             return
-        chunk = {"choices": [{"index": 0, "delta": {"content": "hi"}}]}
+        chunk = {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "length"}]}
         usage = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 1}}
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
