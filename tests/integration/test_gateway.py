@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import json
 import time
 import urllib.error
@@ -170,6 +171,23 @@ def test_openai_sdk_streaming_and_plain_through_the_gateway(stack: tuple[str, st
     assert streamed and all(x["ttft_s"] is not None for x in streamed)
     assert {x["output_tokens"] for x in done} == {12, 7, 3}
     assert all(x["tenant"] == "acme" and x["class"] == "interactive" for x in done)
+
+
+def test_an_idle_client_connection_outlives_a_clients_pool(stack: tuple[str, str, Path]) -> None:
+    """A client's pooled connection, idle 6 s, still serves: the gateway keeps idle
+    connections longer than clients' pools do (aiohttp: 15 s), where uvicorn's default
+    (5 s) closes them under a client that may be sending on them (lost requests)."""
+    base, _, _ = stack
+    host, port = base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        for pause in (6.0, 0.0):
+            conn.request("GET", "/v1/models", headers={"authorization": f"Bearer {KEY_I}"})
+            resp = conn.getresponse()
+            assert resp.status == 200 and resp.read()
+            time.sleep(pause)
+    finally:
+        conn.close()
 
 
 @pytest.mark.parametrize(

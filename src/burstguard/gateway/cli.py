@@ -63,7 +63,7 @@ def gateway(
 
     import uvicorn
 
-    from burstguard.gateway.server import Gateway
+    from burstguard.gateway.server import CLIENT_KEEP_ALIVE_S, Gateway
 
     cfg = load_config(config, backend, host, port)
     level = getattr(logging, log_level.upper(), None)
@@ -79,7 +79,8 @@ def gateway(
     url = f"http://{cfg.listen.host}:{cfg.listen.port}"
     print(f"burstguard gateway on {url} -> {cfg.backends[0].url}", flush=True)
     uvicorn.run(app, host=cfg.listen.host, port=cfg.listen.port, log_level="warning",
-                access_log=False, loop="uvloop", http="httptools")  # fmt: skip
+                access_log=False, loop="uvloop", http="httptools",
+                timeout_keep_alive=CLIENT_KEEP_ALIVE_S)  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:

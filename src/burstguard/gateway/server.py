@@ -67,6 +67,14 @@ _READY_CACHE_S = 1.0
 _SSE_TAIL = 4096
 _USAGE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 
+# Idle keep-alive on both sides, each shorter than the peer that closes: an upstream
+# connection is dropped before the engine's uvicorn closes it (vLLM's default: 5 s), and
+# clients' pools (aiohttp keeps idle connections 15 s) close theirs before the gateway does.
+# Otherwise a request sent on a connection the other end is closing is lost as
+# "server disconnected".
+UPSTREAM_IDLE_S = 4.0
+CLIENT_KEEP_ALIVE_S = 75
+
 
 def retry_after_header(seconds: float | None) -> str:
     """Retry-After as delta-seconds: rounded up, at least 1."""
@@ -228,7 +236,7 @@ class Gateway:
     # -- lifecycle ------------------------------------------------------------------
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0)
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=UPSTREAM_IDLE_S)
         self._session = aiohttp.ClientSession(
             connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",)
         )
