@@ -143,8 +143,19 @@ def test_a_burst_is_cut_short_direct_and_completes_through_the_gateway(
     config = {"admission": {"max_in_flight": 1, "min_in_flight": 1, "max_queue_requests": 16}}
     with start_gateway(tmp_path, llama_cpp_server, config) as gw:
         via = bench(gw.base_url, tmp_path / "via")  # type: ignore[attr-defined]
+    # a gateway that lets the whole burst through sees the cuts too, and counts them failed
+    config = {"admission": {"max_in_flight": 6, "adapt": False}}
+    with start_gateway(tmp_path, llama_cpp_server, config) as gw:
+        wide = bench(gw.base_url, tmp_path / "wide")  # type: ignore[attr-defined]
+        counted = parse_metrics(urllib.request.urlopen(gw.base_url + "/metrics").read().decode())  # type: ignore[attr-defined]
     print(f"burst of 6 to llama.cpp: direct {direct['errors']} broken of {direct['requests']}, "
-          f"via gateway {via['errors']} broken, TTFT p95 {via['ttft_s']['p95']:.2f} s")  # fmt: skip
-    assert direct["requests"] == via["requests"] == 6
+          f"via gateway {via['errors']} broken, TTFT p95 {via['ttft_s']['p95']:.2f} s; "
+          f"through a gateway that lets 6 in flight {wide['errors']} broken")  # fmt: skip
+    assert direct["requests"] == via["requests"] == wide["requests"] == 6
     assert direct["errors"] >= 3  # each new arrival cut the stream before it
     assert via["errors"] == 0 and via["completed"] == 6
+    assert wide["errors"] >= 3
+    failed = {k: v for k, v in counted.items() if k.startswith("llm_request_total{")
+              and 'outcome="failed"' in k}  # fmt: skip
+    assert sum(failed.values()) == wide["errors"], failed
+    assert metric_sum(counted, "burstguard_upstream_errors_total") == wide["errors"]

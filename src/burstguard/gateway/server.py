@@ -66,6 +66,7 @@ log = logging.getLogger("burstguard.gateway")
 _READY_CACHE_S = 1.0
 _SSE_TAIL = 4096
 _USAGE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+_FINISHED = re.compile(rb'"finish_reason"\s*:\s*"')
 
 # Idle keep-alive on both sides, each shorter than the peer that closes: an upstream
 # connection is dropped before the engine's uvicorn closes it (vLLM's default: 5 s), and
@@ -132,6 +133,10 @@ class _SseTokens:
         self.events += (self._carry + chunk).count(b"data:")
         self._carry = chunk[-4:]
         self.tail = (self.tail + chunk)[-_SSE_TAIL:]
+
+    def finished(self) -> bool:
+        """The stream said why it ended (its last choice chunk carries a finish_reason)."""
+        return _FINISHED.search(self.tail) is not None
 
     def tokens(self) -> int:
         found = _USAGE.findall(self.tail)
@@ -501,8 +506,13 @@ class Gateway:
             counter.feed(chunk)
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         ex.output_tokens = counter.tokens()
-        ex.outcome = "completed"
-        self.core.on_finish(ex.rid, self._clock(), ex.output_tokens)
+        if counter.finished():
+            ex.outcome = "completed"
+            self.core.on_finish(ex.rid, self._clock(), ex.output_tokens)
+        else:  # the backend ended it early (llama-cpp-python does when another request comes)
+            ex.outcome, ex.reason = "failed", "backend_cut_stream"
+            self.metrics.errors.labels("backend_cut_stream").inc()
+            self.core.fail(ex.rid, self._clock())
         ex.live = False
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
