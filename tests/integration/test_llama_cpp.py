@@ -19,6 +19,7 @@ from tests.conftest import BURSTGUARD
 from tests.integration.test_gateway import (
     INTERACTIVE_OVER_BATCH,
     ClassedStream,
+    samples,
     start_gateway,
     stream_as,
 )
@@ -147,7 +148,7 @@ def test_a_burst_is_cut_short_direct_and_completes_through_the_gateway(
     config = {"admission": {"max_in_flight": 6, "adapt": False}}
     with start_gateway(tmp_path, llama_cpp_server, config) as gw:
         wide = bench(gw.base_url, tmp_path / "wide")  # type: ignore[attr-defined]
-        counted = parse_metrics(urllib.request.urlopen(gw.base_url + "/metrics").read().decode())  # type: ignore[attr-defined]
+        counted = samples(gw.base_url)  # type: ignore[attr-defined]
     print(f"burst of 6 to llama.cpp: direct {direct['errors']} broken of {direct['requests']}, "
           f"via gateway {via['errors']} broken, TTFT p95 {via['ttft_s']['p95']:.2f} s; "
           f"through a gateway that lets 6 in flight {wide['errors']} broken")  # fmt: skip

@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 
 from burstguard.client.retry import parse_retry_after
+from burstguard.sse import says_why_it_ended
 
 _ERROR_BODY_LIMIT = 2048
 
@@ -46,10 +47,6 @@ class Attempt:
 # error (or are ambiguous) are parsed.
 _CONTENT = re.compile(rb'"(?:content|text)"\s*:\s*"(?!")')
 _NEEDS_PARSE = re.compile(rb'"usage"\s*:\s*\{|"error"\s*:')
-# The last choice chunk says why generation ended (stop, length, ...). A stream that reaches
-# [DONE] without one was cut short by the server (llama-cpp-python ends the running stream
-# that way when another request arrives), which a token count alone would hide.
-_FINISHED = re.compile(rb'"finish_reason"\s*:\s*"')
 
 
 def _usage(attempt: Attempt, payload: dict[str, Any]) -> None:
@@ -101,8 +98,7 @@ async def _read_stream(resp: aiohttp.ClientResponse, attempt: Attempt) -> None:
                 else:
                     attempt.itl_s.append(now - last)
                 last = now
-            if not finished and _FINISHED.search(body):
-                finished = True
+            finished = finished or says_why_it_ended(body)
             if _NEEDS_PARSE.search(body):
                 try:
                     event = json.loads(body)

@@ -59,6 +59,7 @@ from burstguard.gateway.core import TICK_S, GatewayCore
 from burstguard.gateway.metrics import CONTENT_TYPE, GatewayMetrics, GaugeSnapshot
 from burstguard.gateway.request import GatewayRequest
 from burstguard.hangup import until_hangup
+from burstguard.sse import says_why_it_ended
 
 access_log = logging.getLogger("burstguard.gateway.access")
 log = logging.getLogger("burstguard.gateway")
@@ -66,7 +67,6 @@ log = logging.getLogger("burstguard.gateway")
 _READY_CACHE_S = 1.0
 _SSE_TAIL = 4096
 _USAGE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
-_FINISHED = re.compile(rb'"finish_reason"\s*:\s*"')
 
 # Idle keep-alive on both sides, each shorter than the peer that closes: an upstream
 # connection is dropped before the engine's uvicorn closes it (vLLM's default: 5 s), and
@@ -136,7 +136,7 @@ class _SseTokens:
 
     def finished(self) -> bool:
         """The stream said why it ended (its last choice chunk carries a finish_reason)."""
-        return _FINISHED.search(self.tail) is not None
+        return says_why_it_ended(self.tail)
 
     def tokens(self) -> int:
         found = _USAGE.findall(self.tail)
