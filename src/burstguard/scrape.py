@@ -59,16 +59,18 @@ def _parse_labels(text: str, line: str) -> str:
     return ",".join(f'{k}="{v}"' for k, v in pairs)
 
 
-def parse_metrics(text: str) -> dict[str, float]:
+def parse_metrics(text: str, only: tuple[str, ...] | None = None) -> dict[str, float]:
     """Parses Prometheus text exposition into {sample key: value}.
 
     Comments, blank lines and timestamps are dropped. A malformed line raises ValueError
     quoting it, so a non-Prometheus answer is reported instead of silently ignored.
+    `only` keeps the lines that start with one of those names and skips the rest unparsed
+    (an engine's /metrics is mostly histogram buckets a poller does not need).
     """
     samples: dict[str, float] = {}
     for raw in text.splitlines():
         line = raw.strip()
-        if not line or line.startswith("#"):
+        if not line or line.startswith("#") or (only is not None and not line.startswith(only)):
             continue
         brace = line.find("{")
         if brace != -1 and brace < (line.find(" ") if " " in line else len(line)):

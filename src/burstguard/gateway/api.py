@@ -10,12 +10,10 @@ the server validates.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.json_schema import models_json_schema
-from starlette.responses import Response
 
 from burstguard.emulator.tokens import count_chat_tokens, count_tokens
 
@@ -113,23 +111,6 @@ def describe_validation(exc: ValidationError) -> str:
         where = ".".join(str(p) for p in err["loc"]) or "body"
         parts.append(f"{where}: {err['msg']}")
     return "; ".join(parts)
-
-
-def error_response(
-    status: int,
-    message: str,
-    err_type: str,
-    code: str | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> Response:
-    """OpenAI's error shape: {"error": {"message", "type", "param", "code"}}."""
-    body = {"error": {"message": message, "type": err_type, "param": None, "code": code}}
-    return Response(
-        json.dumps(body).encode(),
-        status_code=status,
-        headers=headers,
-        media_type="application/json",
-    )
 
 
 _ERROR_SCHEMA = {

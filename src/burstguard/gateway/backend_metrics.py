@@ -24,6 +24,7 @@ from burstguard.scrape import metric_sum, parse_metrics
 WAITING = "vllm:num_requests_waiting"
 RUNNING = "vllm:num_requests_running"
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # v1 name, then older
+_NAMES = (WAITING, RUNNING, *KV_USAGE)
 _SLOW_AFTER = 4  # failed scrapes in a row before polling slows down
 _SLOW_INTERVAL_S = 5.0
 _STALE_SCRAPES = 4  # a state older than this many intervals is not used
@@ -31,7 +32,9 @@ _STALE_SCRAPES = 4  # a state older than this many intervals is not used
 
 def backend_state(text: str) -> BackendState:
     """The BackendState a /metrics body describes (summed over engines and models)."""
-    samples = parse_metrics(text)
+    samples = parse_metrics(text, only=_NAMES)
+    if not samples:  # none of vLLM's names: parse it all, so that non-metrics text is an error
+        samples = parse_metrics(text)
     waiting = metric_sum(samples, WAITING)
     running = metric_sum(samples, RUNNING)
     kv: float | None = None

@@ -58,12 +58,13 @@ def gateway(
     log_level: Annotated[str, typer.Option(help="Log level of the per-request log.")] = "info",
 ) -> None:
     """Serve the burst-absorbing gateway: queue, order, admit and shed in front of an engine."""
+    import asyncio
     import logging
     import sys
 
-    import uvicorn
+    import uvloop
 
-    from burstguard.gateway.server import CLIENT_KEEP_ALIVE_S, Gateway
+    from burstguard.gateway.server import Gateway
 
     cfg = load_config(config, backend, host, port)
     level = getattr(logging, log_level.upper(), None)
@@ -75,12 +76,16 @@ def gateway(
     root.addHandler(handler)
     root.setLevel(level)
     root.propagate = False
-    app = Gateway(cfg).build()
     url = f"http://{cfg.listen.host}:{cfg.listen.port}"
-    print(f"burstguard gateway on {url} -> {cfg.backends[0].url}", flush=True)
-    uvicorn.run(app, host=cfg.listen.host, port=cfg.listen.port, log_level="warning",
-                access_log=False, loop="uvloop", http="httptools",
-                timeout_keep_alive=CLIENT_KEEP_ALIVE_S)  # fmt: skip
+
+    def ready() -> None:
+        print(f"burstguard gateway on {url} -> {cfg.backends[0].url}", flush=True)
+
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    try:
+        asyncio.run(Gateway(cfg).run(on_ready=ready))
+    except OSError as exc:
+        raise UserError(f"cannot listen on {cfg.listen.host}:{cfg.listen.port}: {exc}") from exc
 
 
 def register(app: typer.Typer) -> None:

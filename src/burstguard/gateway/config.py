@@ -147,6 +147,11 @@ class GatewayConfig(_Strict):
     default_tenant: str = "default"
     scrape_interval_s: float = Field(0.25, gt=0)
     log_requests: bool = Field(True, description="one JSON log line per request")
+    stream_flush_ms: float = Field(
+        10.0, ge=0, le=1000,
+        description="a stream's later chunks are written to its client at most this often "
+        "(the first at once); 0 writes every backend read as it comes",
+    )  # fmt: skip
     classes: tuple[ClassConfig, ...] = Field(default_factory=_default_classes, min_length=1)
     policy: PolicyConfig = PolicyConfig()
     admission: AdmissionConfig = AdmissionConfig()
