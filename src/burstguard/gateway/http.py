@@ -136,9 +136,9 @@ class Responder:
         """One chunk of a started stream, written with the others of this flush interval."""
         if not data or self.finished:
             return
-        if not self._pending:
-            self._conn.flusher.add(self)
         self._pending.append(data)
+        if len(self._pending) == 1:
+            self._conn.flusher.add(self)
 
     def flush(self) -> None:
         """Writes what `write_soon` holds as one chunk."""
