@@ -21,8 +21,15 @@ each process's CPU seconds (/proc/PID/stat; the client's own process time) and t
 machine's (/proc/stat): a process near 1.0 core is CPU-bound (each is one asyncio
 thread); "other" is CPU used by processes outside the benchmark, which contends the run.
 
+With --pin the gateway gets a core of its own and the emulator and the client share the
+others (os.sched_setaffinity), as in a deployment where the gateway runs on its own CPUs:
+then what is measured is the gateway's own added latency, not three processes queueing for
+two cores. --flush-ms sets the gateway's stream_flush_ms (how often a stream's later chunks
+are written; 0: every backend read at once).
+
 Run: .venv/bin/python benchmarks/bench_gateway.py [--concurrency 256] [--phase-seconds 5]
      [--rounds 2] [--output-tokens 64] [--think-s 0] [--probe 200] [--no-gateway-log]
+     [--pin] [--flush-ms 10]
 """
 
 from __future__ import annotations
@@ -190,13 +197,16 @@ async def probe(base: str, n: int, payload: dict[str, object]) -> list[float]:
     return out
 
 
-def gateway_config(path: Path, port: int, backend: str, concurrency: int, log: bool) -> None:
+def gateway_config(
+    path: Path, port: int, backend: str, concurrency: int, log: bool, flush_ms: float = 10.0
+) -> None:
     """Caps well above the load and no adaptation: nothing waits in the gateway's queue."""
     cap = 4 * concurrency
     cfg = {
         "listen": {"host": "127.0.0.1", "port": port},
         "backends": [{"url": backend}],
         "log_requests": log,
+        "stream_flush_ms": flush_ms,
         "admission": {"max_in_flight": cap, "adapt": False, "max_queue_requests": cap},
     }
     path.write_text(yaml.safe_dump(cfg))
@@ -255,7 +265,8 @@ def summarize(args: argparse.Namespace, phases: list[Phase]) -> None:
     print(f"\n{args.concurrency} concurrent streams, {args.output_tokens} output tokens each, "
           f"think time {args.think_s:g} s, "
           f"{args.rounds} x {args.phase_seconds:g} s measured per target, {os.cpu_count()} "
-          f"CPU cores shared by client, gateway and emulator; {errors} errors")  # fmt: skip
+          f"CPU cores, {'gateway pinned alone' if args.pin else 'shared by all three'}; "
+          f"stream_flush_ms {args.flush_ms:g}; {errors} errors")  # fmt: skip
     for k in ("direct", "gateway"):
         c = cpu[k]
         print(f"  {k:<8} TTFT p50 {ms(p50[k])} ms  p99 {ms(p99[k])} ms  "
@@ -284,6 +295,18 @@ def summarize(args: argparse.Namespace, phases: list[Phase]) -> None:
         print("  WARNING: other processes used CPU during the run; the figures are contended")
 
 
+def pin(pids: dict[str, int]) -> str:
+    """The gateway alone on the last core; the emulator and this client on the others."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        sys.exit("--pin needs at least 2 cores")
+    rest, own = set(cores[:-1]), {cores[-1]}
+    os.sched_setaffinity(pids["gateway"], own)
+    os.sched_setaffinity(pids["emulator"], rest)
+    os.sched_setaffinity(0, rest)
+    return f"pinned: gateway on core {cores[-1]}, emulator and client on {sorted(rest)}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, default=256, help="open streams")
@@ -295,6 +318,17 @@ def main() -> None:
     parser.add_argument("--probe", type=int, default=200, help="sequential requests (0: skip)")
     parser.add_argument("--no-gateway-log", action="store_true",
                         help="turn off the gateway's per-request JSON log line")  # fmt: skip
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the gateway on a core of its own, emulator and client on the rest",
+    )
+    parser.add_argument(
+        "--flush-ms",
+        type=float,
+        default=10.0,
+        help="the gateway's stream_flush_ms (0: write every read at once)",
+    )
     args = parser.parse_args()
     if args.concurrency < 1 or args.rounds < 1 or args.phase_seconds <= 0:
         parser.error("--concurrency, --rounds and --phase-seconds must be positive")
@@ -316,7 +350,8 @@ def main() -> None:
     )  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "gateway.yaml"
-        gateway_config(cfg, g_port, direct, args.concurrency, not args.no_gateway_log)
+        gateway_config(cfg, g_port, direct, args.concurrency, not args.no_gateway_log,
+                       args.flush_ms)  # fmt: skip
         gateway = ManagedProcess(
             [sys.executable, "-m", "burstguard.cli", "gateway", "--config", str(cfg)],
             f"{via}/health", log_path=Path(tmp) / "gateway.log",
@@ -326,9 +361,11 @@ def main() -> None:
         with emulator, gateway:
             assert emulator.proc is not None and gateway.proc is not None
             pids = {"emulator": emulator.proc.pid, "gateway": gateway.proc.pid}
+            placement = pin(pids) if args.pin else "cores shared by all three"
             print(f"emulator (instant profile, max-num-seqs {seqs}) on {direct}; gateway on "
                   f"{via} (max_in_flight {4 * args.concurrency}, no adaptation, request log "
-                  f"{'off' if args.no_gateway_log else 'on'})")  # fmt: skip
+                  f"{'off' if args.no_gateway_log else 'on'}, stream_flush_ms "
+                  f"{args.flush_ms:g}); {placement}")  # fmt: skip
             asyncio.run(bench(args, direct, via, pids))
 
 

@@ -149,8 +149,8 @@ class GatewayConfig(_Strict):
     log_requests: bool = Field(True, description="one JSON log line per request")
     stream_flush_ms: float = Field(
         10.0, ge=0, le=1000,
-        description="a stream's later chunks are written to its client at most this often "
-        "(the first at once); 0 writes every backend read as it comes",
+        description="a stream's chunks are written to its client at most this often (the "
+        "first at once; a sooner one is held until the next tick); 0: every read at once",
     )  # fmt: skip
     classes: tuple[ClassConfig, ...] = Field(default_factory=_default_classes, min_length=1)
     policy: PolicyConfig = PolicyConfig()

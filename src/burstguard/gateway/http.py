@@ -10,12 +10,15 @@ order), body size limits decided from the headers, `Expect: 100-continue`, a han
 per request that is cancelled when its client hangs up, write flow control exposed to the
 handler, idle timeouts and a graceful stop.
 
-Streams can also be coalesced (`Responder.write_soon`): pieces that arrive within one flush
-interval go to the client as one write, from one timer shared by all streams. A loopback
-write costs more than the Python around it (it runs the receiver's TCP path too), so under
-load this is what halves the gateway's CPU per token; the price is at most one interval
-added to inter-token latency, never to the first token (vLLM's `--stream-interval` makes
-the same trade inside the engine).
+Streams are written chunk by chunk, but no more often than once per flush interval each
+(`Responder.write_soon`): a chunk that comes sooner after the stream's last write is held
+and goes out with the others at the next tick of one timer shared by all streams. A
+stream slower than the interval (a real engine's inter-token latency is 10-50 ms) is
+never held; a faster one (the instant emulator, a small model on a big GPU) gets fewer,
+larger writes, at most one interval late, and never its first token. A loopback write
+costs more than the Python around it (it runs the receiver's TCP path too), so under load
+this is what cuts the writes per stream (vLLM's `--stream-interval` makes the same trade
+inside the engine).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
@@ -71,6 +75,7 @@ class Responder:
         "_conn",
         "_held",
         "_keep_alive",
+        "_last_write",
         "_pending",
         "finished",
         "on_writable",
@@ -86,6 +91,7 @@ class Responder:
         self.status = 0
         self.on_writable: Callable[[bool], None] | None = None
         self._pending: list[bytes] = []
+        self._last_write = -math.inf
         self._held = b""  # a stream's head, written with its first chunk
 
     @property
@@ -114,7 +120,7 @@ class Responder:
         self._finish()
 
     def start_stream(self, status: int, headers: Iterable[Header] = ()) -> None:
-        """Starts a chunked answer; `write` its pieces, then `end`.
+        """Starts a chunked answer; `write_soon` its pieces, then `end`.
 
         The head goes out with the first piece: one write (a syscall) fewer per stream.
         """
@@ -127,24 +133,27 @@ class Responder:
             data, self._held = self._held + data, b""
         self._conn.write(data)
 
-    def write(self, data: bytes) -> None:
-        """One chunk of a started stream (empty data writes nothing)."""
-        if data and not self.finished:
-            self._out(b"%x\r\n%b\r\n" % (len(data), data))
-
     def write_soon(self, data: bytes) -> None:
-        """One chunk of a started stream, written with the others of this flush interval."""
+        """One chunk of a started stream: written now if this stream's last write is at least
+        one flush interval old, else held and written with the others at the next tick."""
         if not data or self.finished:
             return
+        if not self._pending:
+            flusher = self._conn.flusher
+            now = flusher.now()
+            if now - self._last_write >= flusher.interval_s:
+                self._last_write = now
+                self._out(b"%x\r\n%b\r\n" % (len(data), data))
+                return
+            flusher.add(self)
         self._pending.append(data)
-        if len(self._pending) == 1:
-            self._conn.flusher.add(self)
 
     def flush(self) -> None:
         """Writes what `write_soon` holds as one chunk."""
         if self._pending and not self.finished:
             data = b"".join(self._pending)
             self._pending.clear()
+            self._last_write = self._conn.flusher.now()
             self._out(b"%x\r\n%b\r\n" % (len(data), data))
 
     def end(self, last: bytes = b"") -> None:
@@ -167,17 +176,15 @@ class Responder:
 
 
 class Flusher:
-    """Writes the held pieces of every coalesced stream, once per interval, from one timer."""
+    """Writes the held chunks of every coalesced stream at the next tick, from one timer."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, interval_s: float) -> None:
+        self.now = loop.time
         self._loop = loop
         self.interval_s = interval_s
         self._dirty: list[Responder] = []
 
     def add(self, resp: Responder) -> None:
-        if self.interval_s <= 0:
-            resp.flush()
-            return
         if not self._dirty:
             self._loop.call_later(self.interval_s, self._flush)
         self._dirty.append(resp)

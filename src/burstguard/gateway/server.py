@@ -516,15 +516,13 @@ class Gateway:
         def sink(data: bytes) -> None:
             nonlocal first
             counter.feed(data)
-            if first:  # the first token goes out at once; later ones are coalesced
+            resp.write_soon(data)  # the first at once; later ones at most every flush interval
+            if first:
                 first = False
-                resp.write(data)
                 now = self._clock()
                 ex.ttft_s = now - ex.arrival
                 self.core.on_first_token(ex.rid, now)
                 self.metrics.ttft.labels(ex.cls).observe(ex.ttft_s)
-            else:
-                resp.write_soon(data)
             if resp.paused:
                 call.pause(True)
 
