@@ -59,6 +59,7 @@ class HttpRequest:
     body: bytes = b""
     oversize: bool = False  # the body exceeds the server's limit (answer 413)
     keep_alive: bool = True
+    error: tuple[int, str] | None = None  # not parsable: the status and message to answer
     _chunks: list[bytes] = field(default_factory=list)
     _size: int = 0
 
@@ -264,6 +265,8 @@ class HttpConnection(asyncio.Protocol):
             if not self._broken:
                 self._bad(400, f"malformed HTTP request: {exc}")
         self._next()
+        if not self.busy:  # part of a request: it too must come within the idle timeout
+            self._arm_idle()
 
     # -- parser callbacks -----------------------------------------------------------
 
@@ -334,9 +337,7 @@ class HttpConnection(asyncio.Protocol):
     def _bad(self, status: int, message: str) -> None:
         """A request that cannot be parsed: answered (after those before it), then closed."""
         self._broken = True
-        req = HttpRequest("", "", {}, keep_alive=False)
-        req.headers[":error"] = f"{status} {message}"
-        self._ready.append(req)
+        self._ready.append(HttpRequest("", "", {}, keep_alive=False, error=(status, message)))
 
     # -- running handlers -----------------------------------------------------------
 
@@ -351,9 +352,8 @@ class HttpConnection(asyncio.Protocol):
     async def _run(self, req: HttpRequest, resp: Responder) -> None:
         server = self._server
         try:
-            if ":error" in req.headers:
-                status, message = req.headers[":error"].split(" ", 1)
-                server.write_error(resp, int(status), message, "bad_request")
+            if req.error is not None:
+                server.write_error(resp, *req.error, "bad_request")
             elif req.oversize:
                 limit = server.max_body_bytes
                 server.write_error(resp, 413, f"request body larger than {limit} bytes",
@@ -395,6 +395,8 @@ class HttpConnection(asyncio.Protocol):
             self._transport.close()
 
     def _arm_idle(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
         if not self.closed:
             self._idle = self._loop.call_later(self._server.keep_alive_s, self.close)
 
