@@ -114,6 +114,16 @@ def test_a_small_chunked_body_is_read_and_served(gateway: str) -> None:
     assert body_of(out)["usage"]["completion_tokens"] == 2
 
 
+def test_an_http10_client_gets_a_stream_that_ends_at_close(gateway: str) -> None:
+    body = json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 3, "stream": True}).encode()
+    out = raw(gateway, b"POST /v1/completions HTTP/1.0\r\ncontent-length: %d\r\n\r\n%b"
+              % (len(body), body))  # fmt: skip
+    head, text = out.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200 OK") and b"chunked" not in head
+    assert b"connection: close" in head
+    assert text.startswith(b"data: {") and text.rstrip().endswith(b"data: [DONE]")
+
+
 def _stream_frames(base: str, tokens: int) -> tuple[int, int, float, float]:
     """Streams one completion on a raw socket: (HTTP chunks, data events, TTFT s, duration s)."""
     body = json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": tokens,

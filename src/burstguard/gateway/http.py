@@ -3,7 +3,7 @@
 Why not uvicorn + Starlette: a proxied token costs one read from the engine and one write
 to the client, and under a burst the gateway relays tens of thousands of them a second.
 Through ASGI each one crossed a stream reader, a task wake-up and four `send` wrappers
-(about 45 us of Python per chunk, measured with py-spy at 256 streams); here the upstream
+(~40 us of gateway CPU per chunk, docs/gateway.md "Overhead benchmark"); here the upstream
 protocol's callback writes the chunk to the client transport directly. The server keeps
 what a proxy needs and nothing more: keep-alive (and pipelined requests, answered in
 order), body size limits decided from the headers, `Expect: 100-continue`, a handler task
@@ -60,6 +60,7 @@ class HttpRequest:
     oversize: bool = False  # the body exceeds the server's limit (answer 413)
     keep_alive: bool = True
     error: tuple[int, str] | None = None  # not parsable: the status and message to answer
+    http11: bool = True
     _chunks: list[bytes] = field(default_factory=list)
     _size: int = 0
 
@@ -73,6 +74,7 @@ class Responder:
     """
 
     __slots__ = (
+        "_chunked",
         "_conn",
         "_held",
         "_keep_alive",
@@ -84,9 +86,10 @@ class Responder:
         "status",
     )
 
-    def __init__(self, conn: HttpConnection, keep_alive: bool) -> None:
+    def __init__(self, conn: HttpConnection, keep_alive: bool, chunked: bool = True) -> None:
         self._conn = conn
         self._keep_alive = keep_alive
+        self._chunked = chunked  # False for an HTTP/1.0 client: the stream ends at close
         self.started = False
         self.finished = False
         self.status = 0
@@ -127,7 +130,17 @@ class Responder:
         """
         if self.started:
             raise RuntimeError("response already started")
-        self._held = self._head(status, headers, "transfer-encoding: chunked\r\n\r\n")
+        if not self._chunked:
+            self._keep_alive = False  # the body ends where the connection does
+        framing = "transfer-encoding: chunked\r\n\r\n" if self._chunked else "\r\n"
+        self._held = self._head(status, headers, framing)
+
+    def _chunk(self, data: bytes, last: bool = False) -> bytes:
+        if not self._chunked:
+            return data
+        if not data:
+            return b"0\r\n\r\n" if last else b""
+        return b"%x\r\n%b\r\n%b" % (len(data), data, b"0\r\n\r\n" if last else b"")
 
     def _out(self, data: bytes) -> None:
         if self._held:
@@ -144,7 +157,7 @@ class Responder:
             now = flusher.now()
             if now - self._last_write >= flusher.interval_s:
                 self._last_write = now
-                self._out(b"%x\r\n%b\r\n" % (len(data), data))
+                self._out(self._chunk(data))
                 return
             flusher.add(self)
         self._pending.append(data)
@@ -155,7 +168,7 @@ class Responder:
             data = b"".join(self._pending)
             self._pending.clear()
             self._last_write = self._conn.flusher.now()
-            self._out(b"%x\r\n%b\r\n" % (len(data), data))
+            self._out(self._chunk(data))
 
     def end(self, last: bytes = b"") -> None:
         """Ends a started stream: held pieces, `last` and the terminator in one write."""
@@ -163,12 +176,9 @@ class Responder:
             return
         if last:
             self._pending.append(last)
-        if self._pending:
-            data = b"".join(self._pending)
-            self._pending.clear()
-            self._out(b"%x\r\n%b\r\n0\r\n\r\n" % (len(data), data))
-        else:
-            self._out(b"0\r\n\r\n")
+        data = b"".join(self._pending)
+        self._pending.clear()
+        self._out(self._chunk(data, last=True))
         self._finish()
 
     def _finish(self) -> None:
@@ -296,6 +306,7 @@ class HttpConnection(asyncio.Protocol):
         req.method = self._parser.get_method().decode("latin-1")
         req.path = httptools.parse_url(self._url).path.decode("latin-1") if self._url else "/"
         req.keep_alive = bool(self._parser.should_keep_alive())
+        req.http11 = self._parser.get_http_version() != "1.0"
         limit = self._server.max_body_bytes
         declared = req.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -346,7 +357,7 @@ class HttpConnection(asyncio.Protocol):
         if self._task is not None or not self._ready or self.closed:
             return
         req = self._ready.popleft()
-        self._responder = Responder(self, req.keep_alive)
+        self._responder = Responder(self, req.keep_alive, req.http11)
         self._task = self._loop.create_task(self._run(req, self._responder))
 
     async def _run(self, req: HttpRequest, resp: Responder) -> None:
