@@ -197,6 +197,24 @@ async def probe(base: str, n: int, payload: dict[str, object]) -> list[float]:
     return out
 
 
+async def loop_lag_buckets(base: str) -> dict[float, float]:
+    """The gateway's burstguard_event_loop_lag_seconds buckets: {upper bound: count}."""
+    async with aiohttp.ClientSession() as session, session.get(base + "/metrics") as resp:
+        text = await resp.text()
+    found = re.findall(r'burstguard_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\S+)', text)
+    return {float(le): float(n) for le, n in found}
+
+
+def print_lag(lag: dict[float, float]) -> None:
+    """Where the gateway's 50 ms tick ran late during its phases (cumulative buckets)."""
+    total = lag.get(float("inf"), 0.0)
+    if not total:
+        return
+    shares = ", ".join(f"<= {le * 1e3:g} ms {n / total:.0%}" for le, n in sorted(lag.items())
+                       if le in (0.001, 0.002, 0.005, 0.01, 0.025))  # fmt: skip
+    print(f"  gateway event-loop lag in its phases ({total:.0f} ticks): {shares}")
+
+
 def gateway_config(
     path: Path, port: int, backend: str, concurrency: int, log: bool, flush_ms: float = 10.0
 ) -> None:
@@ -229,6 +247,7 @@ async def bench(args: argparse.Namespace, direct: str, via: str, pids: dict[str,
               f"{ms(pct(g, .99) - pct(d, .99))} ms; gateway CPU {per_req * 1e3:.2f} ms "
               "per request")  # fmt: skip
     phases: list[Phase] = []
+    lag: dict[float, float] = {}  # the gateway's loop-lag histogram over its phases
     print(f"{'phase':<7}{'target':<9}{'reqs':>7}{'err':>5}{'tok/s':>9}{'reads/req':>10}"
           f"{'p50 ms':>9}{'p99 ms':>9}   CPU cores: emulator gateway client other "
           "steal")  # fmt: skip
@@ -237,7 +256,11 @@ async def bench(args: argparse.Namespace, direct: str, via: str, pids: dict[str,
         if r % 2:
             order.reverse()
         for name, base in order:
+            lag0 = await loop_lag_buckets(via) if name == "gateway" else {}
             p = await run_phase(name, base, args, payload, pids)
+            if name == "gateway":
+                for le, n in (await loop_lag_buckets(via)).items():
+                    lag[le] = lag.get(le, 0.0) + n - lag0.get(le, 0.0)
             phases.append(p)
             m = p.measured()
             t = [s.ttft for s in m]
@@ -248,6 +271,7 @@ async def bench(args: argparse.Namespace, direct: str, via: str, pids: dict[str,
                   f"{p.cpu['other']:5.2f} {p.cpu['steal']:5.2f}",
                   flush=True)  # fmt: skip
     summarize(args, phases)
+    print_lag(lag)
 
 
 def summarize(args: argparse.Namespace, phases: list[Phase]) -> None:

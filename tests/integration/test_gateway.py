@@ -232,6 +232,8 @@ def test_metrics_carry_keda_names_and_classes(stack: tuple[str, str, Path]) -> N
                  "burstguard_in_flight_requests", "burstguard_burst_index",
                  "burstguard_arrival_rate", "burstguard_backend_kv_cache_usage"):  # fmt: skip
         assert name in families, name
+    assert "burstguard_event_loop_lag_seconds" in families
+    assert wait_for(lambda: samples(base).get("burstguard_event_loop_lag_seconds_count", 0) > 0)
     assert json.loads(get(base + "/ready"))["status"] == "ready"
     assert json.loads(get(base + "/openapi.json"))["openapi"].startswith("3.")
 

@@ -22,6 +22,7 @@ OUTCOMES = ("completed", "rejected", "cancelled", "failed")
 """Every accepted or refused request ends in exactly one of these."""
 
 _WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+_LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 _TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60)
 
 
@@ -212,6 +213,13 @@ class GatewayMetrics:
             "Time from arrival at the gateway to the first output token",
             ["class"],
             buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self.loop_lag = Histogram(
+            "burstguard_event_loop_lag_seconds",
+            "How late the gateway's 50 ms tick ran (ms timer resolution): time every waiting "
+            "request and relayed chunk also waits when the process is busy",
+            buckets=_LAG_BUCKETS,
             registry=r,
         )
         r.register(_SnapshotCollector(snapshot, self.windows, clock))

@@ -334,8 +334,11 @@ class Gateway:
             fut.set_result(Shed(reason, retry))
 
     async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
+            due = loop.time() + TICK_S
             await asyncio.sleep(TICK_S)
+            self.metrics.loop_lag.observe(max(0.0, loop.time() - due))
             try:
                 for r in self.core.expire(self._clock()):
                     self._shed(r, "deadline")
