@@ -93,7 +93,7 @@ class Responder:
         self.started = False
         self.finished = False
         self.status = 0
-        self.on_writable: Callable[[bool], None] | None = None
+        self.on_writable: Callable[[], None] | None = None
         self._pending: list[bytes] = []
         self._last_write = -math.inf
         self._held = b""  # a stream's head, written with its first chunk
@@ -222,7 +222,6 @@ class HttpConnection(asyncio.Protocol):
         self._req: HttpRequest | None = None  # being parsed
         self._url = b""
         self._head_bytes = 0
-        self._header_name = b""
         self._ready: deque[HttpRequest] = deque()  # parsed, waiting to be handled
         self._task: asyncio.Task[None] | None = None
         self._responder: Responder | None = None
@@ -248,7 +247,7 @@ class HttpConnection(asyncio.Protocol):
             if self._task is not None and not self._task.done():
                 self._task.cancel()  # the handler notices its client is gone (resp.gone)
             if resp.on_writable is not None:
-                resp.on_writable(True)
+                resp.on_writable()
 
     def eof_received(self) -> bool:
         return False  # a half-closed client is a gone client: close (as uvicorn does)
@@ -259,7 +258,7 @@ class HttpConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.write_paused = False
         if self._responder is not None and self._responder.on_writable is not None:
-            self._responder.on_writable(True)
+            self._responder.on_writable()
 
     def data_received(self, data: bytes) -> None:
         if self._idle is not None:

@@ -529,7 +529,7 @@ class Gateway:
             if resp.paused:
                 call.pause(True)
 
-        resp.on_writable = lambda _: call.pause(False)
+        resp.on_writable = lambda: call.pause(False)
         await call.relay(sink)
         ex.output_tokens = counter.tokens()
         if counter.finished():

@@ -57,7 +57,6 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self._last_read = 0.0
         self._timer: asyncio.TimerHandle | None = None
-        self._header_name = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
