@@ -49,6 +49,7 @@ import aiohttp
 import yaml
 
 from burstguard.procs import ManagedProcess, free_port
+from burstguard.scrape import parse_metrics
 
 MODEL = "bench"
 PROMPT_TOKENS = 32
@@ -201,8 +202,9 @@ async def loop_lag_buckets(base: str) -> dict[float, float]:
     """The gateway's burstguard_event_loop_lag_seconds buckets: {upper bound: count}."""
     async with aiohttp.ClientSession() as session, session.get(base + "/metrics") as resp:
         text = await resp.text()
-    found = re.findall(r'burstguard_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\S+)', text)
-    return {float(le): float(n) for le, n in found}
+    name = "burstguard_event_loop_lag_seconds_bucket"
+    buckets = parse_metrics(text, only=(name,))  # keys: name{le="0.001"}
+    return {float(key.split('"')[1]): n for key, n in buckets.items()}
 
 
 def print_lag(lag: dict[float, float]) -> None:

@@ -83,7 +83,6 @@ class Responder:
         "finished",
         "on_writable",
         "started",
-        "status",
     )
 
     def __init__(self, conn: HttpConnection, keep_alive: bool, chunked: bool = True) -> None:
@@ -92,7 +91,6 @@ class Responder:
         self._chunked = chunked  # False for an HTTP/1.0 client: the stream ends at close
         self.started = False
         self.finished = False
-        self.status = 0
         self.on_writable: Callable[[], None] | None = None
         self._pending: list[bytes] = []
         self._last_write = -math.inf
@@ -107,7 +105,7 @@ class Responder:
         return self._conn.write_paused
 
     def _head(self, status: int, headers: Iterable[Header], extra: str) -> bytes:
-        self.started, self.status = True, status
+        self.started = True
         lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n"]
         lines += [f"{k}: {v}\r\n" for k, v in headers]
         if not self._keep_alive:

@@ -53,7 +53,7 @@ from burstguard.gateway.auth import AuthError, Identity, KeyAuthenticator
 from burstguard.gateway.backend_metrics import BackendMonitor
 from burstguard.gateway.config import GatewayConfig
 from burstguard.gateway.core import TICK_S, GatewayCore
-from burstguard.gateway.http import HttpRequest, HttpServer, Responder
+from burstguard.gateway.http import Header, HttpRequest, HttpServer, Responder
 from burstguard.gateway.metrics import CONTENT_TYPE, GatewayMetrics, GaugeSnapshot
 from burstguard.gateway.request import GatewayRequest
 from burstguard.gateway.upstream import (
@@ -211,13 +211,20 @@ def _json_bytes(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def error_body(message: str, err_type: str, code: str | None = None) -> bytes:
-    """OpenAI's error shape: {"error": {"message", "type", "param", "code"}}."""
-    return _json_bytes({"error": {"message": message, "type": err_type, "param": None,
-                                  "code": code}})  # fmt: skip
-
-
 _JSON = ("content-type", "application/json")
+
+
+def _send_json(resp: Responder, status: int, obj: Any, headers: tuple[Header, ...] = ()) -> None:
+    resp.send(status, _json_bytes(obj), [_JSON, *headers])
+
+
+def _send_error(
+    resp: Responder, status: int, message: str, err_type: str, code: str | None = None,
+    headers: tuple[Header, ...] = (),
+) -> None:  # fmt: skip
+    """OpenAI's error shape: {"error": {"message", "type", "param", "code"}}."""
+    err = {"message": message, "type": err_type, "param": None, "code": code}
+    _send_json(resp, status, {"error": err}, headers)
 
 
 class Gateway:
@@ -259,7 +266,7 @@ class Gateway:
 
     async def run(self, on_ready: Callable[[], None] = lambda: None) -> None:
         """Serves until SIGINT/SIGTERM (the CLI's event loop runs this)."""
-        server = HttpServer(self.handle, self.write_error,
+        server = HttpServer(self.handle, self._refuse,
                             max_body_bytes=self.config.max_body_bytes,
                             keep_alive_s=CLIENT_KEEP_ALIVE_S,
                             flush_interval_s=self.config.stream_flush_ms / 1e3)  # fmt: skip
@@ -358,10 +365,6 @@ class Gateway:
         else:
             await route[1](req, resp)
 
-    def write_error(self, resp: Responder, status: int, message: str, code: str) -> None:
-        """The server's own refusals (malformed HTTP, oversized bodies), counted."""
-        self._refuse(resp, status, message, code)
-
     def _generation(self, model: type[GenerationRequest]) -> Route:
         async def endpoint(req: HttpRequest, resp: Responder) -> None:
             await self.generate(req, resp, model)
@@ -448,7 +451,7 @@ class Gateway:
             self._end_unexpected(ex)
             if not resp.started:
                 ex.status = 500
-                resp.send(500, error_body("internal gateway error", "internal_error"), [_JSON])
+                _send_error(resp, 500, "internal gateway error", "internal_error")
         self.pump()
         self._close(ex)
 
@@ -485,7 +488,7 @@ class Gateway:
                 self.metrics.errors.labels(f"http_{status}").inc()
                 ex.outcome, ex.reason, ex.status = "failed", f"backend_{status}", code
                 self.core.fail(ex.rid, self._clock())
-                resp.send(code, _json_bytes(payload), [_JSON])
+                _send_json(resp, code, payload)
             elif ex.stream:
                 await self._relay(resp, ex, call)
             else:
@@ -555,7 +558,7 @@ class Gateway:
         self.metrics.errors.labels(code).inc()
         ex.outcome, ex.reason, ex.status = "failed", code, status
         self.core.fail(ex.rid, self._clock())
-        resp.send(status, error_body(message, "upstream_error", code), [_JSON])
+        _send_error(resp, status, message, "upstream_error", code)
 
     def _send_shed(self, resp: Responder, ex: _Exchange, retry_s: float | None) -> None:
         ex.status = 429
@@ -565,14 +568,14 @@ class Gateway:
             "deadline": f"the {ex.cls} queue cannot start this request before its deadline",
             "evicted": "shed from the gateway queue to make room for higher-priority requests",
         }.get(ex.reason or "", "overloaded")
-        body = error_body(f"{msg}; retry after {header} s", "rate_limit_exceeded", ex.reason)
-        resp.send(429, body, [_JSON, ("retry-after", header), ("x-request-id", ex.rid)])
+        _send_error(resp, 429, f"{msg}; retry after {header} s", "rate_limit_exceeded",
+                    ex.reason, (("retry-after", header), ("x-request-id", ex.rid)))  # fmt: skip
 
     def _refuse(self, resp: Responder, status: int, message: str, code: str) -> None:
         self.metrics.invalid.labels(str(status)).inc()
         err_type = "authentication_error" if status == 401 else "invalid_request_error"
-        headers = [_JSON, ("www-authenticate", "Bearer")] if status == 401 else [_JSON]
-        resp.send(status, error_body(message, err_type, code), headers)
+        headers = (("www-authenticate", "Bearer"),) if status == 401 else ()
+        _send_error(resp, status, message, err_type, code, headers)
 
     def _close(self, ex: _Exchange) -> None:
         """Counts the outcome once and writes the request's log line."""
@@ -605,11 +608,11 @@ class Gateway:
                 status = up.status
         except (aiohttp.ClientError, TimeoutError) as exc:
             message = f"backend unreachable: {type(exc).__name__}: {exc}"
-            resp.send(503, error_body(message, "upstream_error", "backend_unreachable"), [_JSON])
+            _send_error(resp, 503, message, "upstream_error", "backend_unreachable")
             return
         if status != 200:
             code, payload = upstream_error(status, raw)
-            resp.send(code, _json_bytes(payload), [_JSON])
+            _send_json(resp, code, payload)
         else:
             resp.send(200, raw, [("content-type", ctype)])
 
@@ -626,10 +629,10 @@ class Gateway:
                 ok = await self._probe()
                 self._ready = (now, ok)
         if ok:
-            resp.send(200, _json_bytes({"status": "ready", "backend": self.base}), [_JSON])
+            _send_json(resp, 200, {"status": "ready", "backend": self.base})
         else:
             message = f"backend {self.base} is not reachable"
-            resp.send(503, error_body(message, "upstream_error", "backend_unreachable"), [_JSON])
+            _send_error(resp, 503, message, "upstream_error", "backend_unreachable")
 
     async def _probe(self) -> bool:
         try:

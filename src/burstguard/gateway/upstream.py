@@ -75,11 +75,10 @@ class _Connection(asyncio.Protocol):
         self._last_read = time.monotonic()
         assert self.transport is not None
         self.transport.write(request)
-        self._arm()
+        self._arm(self._pool.read_timeout_s)
 
-    def _arm(self) -> None:
-        timeout = self._pool.read_timeout_s
-        self._timer = self._pool.loop.call_later(timeout, self._check_silence)
+    def _arm(self, delay_s: float) -> None:
+        self._timer = self._pool.loop.call_later(delay_s, self._check_silence)
 
     def _check_silence(self) -> None:
         """Fails the call when the backend has been silent for the whole read timeout."""
@@ -91,9 +90,7 @@ class _Connection(asyncio.Protocol):
             self.call.fail(UpstreamTimeout(f"no data from the backend for {silent:.1f} s"))
             self.abort()
         else:
-            self._timer = self._pool.loop.call_later(
-                self._pool.read_timeout_s - silent, self._check_silence
-            )
+            self._arm(self._pool.read_timeout_s - silent)
 
     def data_received(self, data: bytes) -> None:
         call = self.call
