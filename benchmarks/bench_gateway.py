@@ -21,6 +21,13 @@ each process's CPU seconds (/proc/PID/stat; the client's own process time) and t
 machine's (/proc/stat): a process near 1.0 core is CPU-bound (each is one asyncio
 thread); "other" is CPU used by processes outside the benchmark, which contends the run.
 
+With --step-ms S the emulator takes S ms for every step whatever the batch (a fitted
+profile with only the step constant): 256 streams then get a token every S ms, as from a
+real engine, instead of as fast as the CPUs allow, so on a small machine the three
+processes are not CPU-bound and the comparison is of the same paced load. Each stream
+waits U(0, S) before its next request, so arrivals fall at random phases of the step
+clock, alike for both targets; the steps themselves cost both the same.
+
 With --pin the gateway gets a core of its own and the emulator and the client share the
 others (os.sched_setaffinity), as in a deployment where the gateway runs on its own CPUs:
 then what is measured is the gateway's own added latency, not three processes queueing for
@@ -29,7 +36,7 @@ are written; 0: every backend read at once).
 
 Run: .venv/bin/python benchmarks/bench_gateway.py [--concurrency 256] [--phase-seconds 5]
      [--rounds 2] [--output-tokens 64] [--think-s 0] [--probe 200] [--no-gateway-log]
-     [--pin] [--flush-ms 10]
+     [--pin] [--flush-ms 10] [--step-ms 0]
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import re
 import statistics
 import sys
@@ -54,6 +62,7 @@ from burstguard.scrape import parse_metrics
 MODEL = "bench"
 PROMPT_TOKENS = 32
 WARMUP_S = 1.0  # of each phase, not measured (connections open, loops settle)
+STEAL_WARN_CORES = 0.1  # stolen CPU in a phase above which the comparison is not trusted
 DRAIN_S = 30.0  # longest wait for a phase's last requests
 _USAGE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -78,6 +87,7 @@ class Phase:
     target: str
     start: float
     end: float
+    warmup: float
     samples: list[Sample] = field(default_factory=list)
     errors: int = 0
     cpu: dict[str, float] = field(default_factory=dict)
@@ -85,12 +95,33 @@ class Phase:
 
     def measured(self) -> list[Sample]:
         """Requests sent after the warm-up; the throughput counts those ended in the window."""
-        return [s for s in self.samples if s.sent >= self.start + WARMUP_S]
+        return [s for s in self.samples if s.sent >= self.start + self.warmup]
 
     def tokens_per_s(self) -> float:
-        lo = self.start + WARMUP_S
+        lo = self.start + self.warmup
         done = sum(s.tokens for s in self.samples if lo <= s.ended <= self.end)
         return done / (self.end - lo)
+
+
+def warmup_s(args: argparse.Namespace) -> float:
+    """Unmeasured start of a phase: WARMUP_S, and at least two requests' worth of steps, so
+    that the streams, which all start together, have spread over the step clock."""
+    return max(WARMUP_S, 2 * args.output_tokens * args.step_ms / 1e3)
+
+
+def engine_profile(path: Path, step_ms: float) -> str:
+    """The instant profile, or one whose every step takes step_ms whatever the batch."""
+    if step_ms <= 0:
+        return "instant"
+    fitted = {"c0_s": step_ms / 1e3, "c_prefill_token_s": 0.0, "c_decode_seq_s": 0.0,
+              "c_context_token_s": 0.0, "kv_cache_tokens": 100_000_000}  # fmt: skip
+    path.write_text(yaml.safe_dump({
+        "schema": "burstguard.profile/1", "name": f"fixed-step-{step_ms:g}ms",
+        "description": "Every step takes the same time: the engine paces, never queues.",
+        "model": {"name": "burstguard/fixed-step", "max_model_len": 131072},
+        "fitted": fitted,
+    }))  # fmt: skip
+    return str(path)
 
 
 def proc_cpu(pid: int) -> float:
@@ -154,6 +185,8 @@ async def run_phase(
 ) -> Phase:  # fmt: skip
     """`args.concurrency` closed-loop streams against `base` for WARMUP_S + phase seconds."""
     concurrency, seconds, think = args.concurrency, args.phase_seconds, args.think_s
+    step = args.step_ms / 1e3
+    rng = random.Random(0)
     url = base + "/v1/completions"
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=DRAIN_S)
@@ -161,7 +194,7 @@ async def run_phase(
     client0 = time.process_time()
     busy0, steal0 = machine_cpu()
     start = time.perf_counter()
-    phase = Phase(target, start, start + WARMUP_S + seconds)
+    phase = Phase(target, start, start + warmup_s(args) + seconds, warmup_s(args))
 
     async def user(k: int) -> None:
         await asyncio.sleep(k * 0.2 / concurrency)  # spread connection opening over 0.2 s
@@ -171,8 +204,9 @@ async def run_phase(
                 phase.errors += 1
             else:
                 phase.samples.append(s)
-            if think > 0:
-                await asyncio.sleep(think)
+            pause = think + rng.uniform(0.0, step)  # a random phase against the step clock
+            if pause > 0:
+                await asyncio.sleep(pause)
 
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         await asyncio.gather(*(user(k) for k in range(concurrency)))
@@ -239,15 +273,20 @@ def ms(x: float) -> str:
 async def bench(args: argparse.Namespace, direct: str, via: str, pids: dict[str, int]) -> None:
     payload = body(args.output_tokens)
     if args.probe:
+        # The gateway idles through the direct probe: its background (the backend scrape
+        # every 250 ms, the 50 ms tick) at that rate is taken out of its CPU per request.
+        cpu0, t0 = proc_cpu(pids["gateway"]), time.perf_counter()
         d = await probe(direct, args.probe, payload)
-        cpu0 = proc_cpu(pids["gateway"])
+        cpu1, t1 = proc_cpu(pids["gateway"]), time.perf_counter()
         g = await probe(via, args.probe, payload)
-        per_req = (proc_cpu(pids["gateway"]) - cpu0) / (args.probe + 10)
+        cpu2, t2 = proc_cpu(pids["gateway"]), time.perf_counter()
+        idle = (cpu1 - cpu0) / (t1 - t0)
+        per_req = max(0.0, cpu2 - cpu1 - idle * (t2 - t1)) / (args.probe + 10)
         print(f"sequential probe ({args.probe} requests each, one at a time): TTFT p50 direct "
               f"{ms(pct(d, .5))} ms, gateway {ms(pct(g, .5))} ms, added "
               f"{ms(pct(g, .5) - pct(d, .5))} ms; p99 added "
               f"{ms(pct(g, .99) - pct(d, .99))} ms; gateway CPU {per_req * 1e3:.2f} ms "
-              "per request")  # fmt: skip
+              "per request (less its idle background)")  # fmt: skip
     phases: list[Phase] = []
     lag: dict[float, float] = {}  # the gateway's loop-lag histogram over its phases
     print(f"{'phase':<7}{'target':<9}{'reqs':>7}{'err':>5}{'tok/s':>9}{'reads/req':>10}"
@@ -276,6 +315,21 @@ async def bench(args: argparse.Namespace, direct: str, via: str, pids: dict[str,
     print_lag(lag)
 
 
+def print_noise(phases: list[Phase], by: dict[str, list[Phase]]) -> None:
+    """How far the run can resolve a difference: the spread of one target's p50 between its
+    own phases, and time the hypervisor took (steal), which no phase order cancels."""
+    spread = {k: [pct([s.ttft for s in p.measured()], 0.5) for p in v] for k, v in by.items()}
+    if all(len(v) > 1 for v in spread.values()):
+        d, g = (max(v) - min(v) for v in spread.values())
+        print(f"  noise: p50 spread between phases of one target: direct {d * 1e3:.2f} ms, "
+              f"gateway {g * 1e3:.2f} ms; a smaller added p50 is not resolved")  # fmt: skip
+    steal = max(p.cpu["steal"] for p in phases)
+    if steal >= STEAL_WARN_CORES:
+        print(f"  WARNING: the hypervisor took up to {steal:.2f} cores in a phase (steal): "
+              "the machine is contended from outside, the verdicts above are unreliable; "
+              "rerun when steal is ~0")  # fmt: skip
+
+
 def summarize(args: argparse.Namespace, phases: list[Phase]) -> None:
     by: dict[str, list[Phase]] = {"direct": [], "gateway": []}
     for p in phases:
@@ -289,7 +343,7 @@ def summarize(args: argparse.Namespace, phases: list[Phase]) -> None:
     ratio = rate["gateway"] / rate["direct"]
     errors = sum(p.errors for p in phases)
     print(f"\n{args.concurrency} concurrent streams, {args.output_tokens} output tokens each, "
-          f"think time {args.think_s:g} s, "
+          f"engine step {args.step_ms:g} ms, think time {args.think_s:g} s + U(0, step), "
           f"{args.rounds} x {args.phase_seconds:g} s measured per target, {os.cpu_count()} "
           f"CPU cores, {'gateway pinned alone' if args.pin else 'shared by all three'}; "
           f"stream_flush_ms {args.flush_ms:g}; {errors} errors")  # fmt: skip
@@ -305,6 +359,7 @@ def summarize(args: argparse.Namespace, phases: list[Phase]) -> None:
           f"{'met' if ok99 else 'NOT met'})")  # fmt: skip
     print(f"  throughput via gateway / direct: {ratio:.1%} (goal >= {GOAL_RATIO:.0%}: "
           f"{'met' if okr else 'NOT met'})")  # fmt: skip
+    print_noise(phases, by)
     for k in ("direct", "gateway"):
         c = cpu[k]
         mine = ("emulator", "gateway", "client")
@@ -341,7 +396,15 @@ def main() -> None:
     parser.add_argument("--output-tokens", type=int, default=64, help="per request")
     parser.add_argument("--think-s", type=float, default=0.0,
                         help="pause between a stream's requests (0: back to back)")  # fmt: skip
-    parser.add_argument("--probe", type=int, default=200, help="sequential requests (0: skip)")
+    parser.add_argument("--step-ms", type=float, default=0.0,
+                        help="the engine's time per step whatever the batch, e.g. 20 (default "
+                        "0: the instant profile, streams as fast as the CPUs allow)")  # fmt: skip
+    parser.add_argument(
+        "--probe",
+        type=int,
+        default=50,
+        help="sequential requests per target, one at a time (0: skip)",
+    )
     parser.add_argument("--no-gateway-log", action="store_true",
                         help="turn off the gateway's per-request JSON log line")  # fmt: skip
     parser.add_argument(
@@ -358,6 +421,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.concurrency < 1 or args.rounds < 1 or args.phase_seconds <= 0:
         parser.error("--concurrency, --rounds and --phase-seconds must be positive")
+    if args.step_ms < 0 or args.think_s < 0:
+        parser.error("--step-ms and --think-s must be >= 0")
     try:
         import uvloop
 
@@ -368,13 +433,14 @@ def main() -> None:
     direct, via = f"http://127.0.0.1:{e_port}", f"http://127.0.0.1:{g_port}"
     seqs = max(256, 2 * args.concurrency)
     budget = max(8192, args.concurrency * (PROMPT_TOKENS + 1))
-    emulator = ManagedProcess(
-        [sys.executable, "-m", "burstguard.cli", "emulate", "--profile", "instant",
-         "--port", str(e_port), "--served-model-name", MODEL, "--max-num-seqs", str(seqs),
-         "--max-num-batched-tokens", str(budget)],
-        f"{direct}/health",
-    )  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
+        profile = engine_profile(Path(tmp) / "profile.yaml", args.step_ms)
+        emulator = ManagedProcess(
+            [sys.executable, "-m", "burstguard.cli", "emulate", "--profile", profile,
+             "--port", str(e_port), "--served-model-name", MODEL, "--max-num-seqs", str(seqs),
+             "--max-num-batched-tokens", str(budget)],
+            f"{direct}/health",
+        )  # fmt: skip
         cfg = Path(tmp) / "gateway.yaml"
         gateway_config(cfg, g_port, direct, args.concurrency, not args.no_gateway_log,
                        args.flush_ms)  # fmt: skip
@@ -388,7 +454,9 @@ def main() -> None:
             assert emulator.proc is not None and gateway.proc is not None
             pids = {"emulator": emulator.proc.pid, "gateway": gateway.proc.pid}
             placement = pin(pids) if args.pin else "cores shared by all three"
-            print(f"emulator (instant profile, max-num-seqs {seqs}) on {direct}; gateway on "
+            engine = (f"every step {args.step_ms:g} ms" if args.step_ms > 0
+                      else "instant profile, zero step time")  # fmt: skip
+            print(f"emulator ({engine}, max-num-seqs {seqs}) on {direct}; gateway on "
                   f"{via} (max_in_flight {4 * args.concurrency}, no adaptation, request log "
                   f"{'off' if args.no_gateway_log else 'on'}, stream_flush_ms "
                   f"{args.flush_ms:g}); {placement}")  # fmt: skip
