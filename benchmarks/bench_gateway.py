@@ -56,6 +56,7 @@ from pathlib import Path
 import aiohttp
 import yaml
 
+from burstguard.engine.profile import PROFILES_DIR
 from burstguard.procs import ManagedProcess, free_port
 from burstguard.scrape import parse_metrics
 
@@ -110,17 +111,14 @@ def warmup_s(args: argparse.Namespace) -> float:
 
 
 def engine_profile(path: Path, step_ms: float) -> str:
-    """The instant profile, or one whose every step takes step_ms whatever the batch."""
+    """The instant profile, or a copy of it whose every step takes step_ms whatever the batch."""
     if step_ms <= 0:
         return "instant"
-    fitted = {"c0_s": step_ms / 1e3, "c_prefill_token_s": 0.0, "c_decode_seq_s": 0.0,
-              "c_context_token_s": 0.0, "kv_cache_tokens": 100_000_000}  # fmt: skip
-    path.write_text(yaml.safe_dump({
-        "schema": "burstguard.profile/1", "name": f"fixed-step-{step_ms:g}ms",
-        "description": "Every step takes the same time: the engine paces, never queues.",
-        "model": {"name": "burstguard/fixed-step", "max_model_len": 131072},
-        "fitted": fitted,
-    }))  # fmt: skip
+    doc = yaml.safe_load((PROFILES_DIR / "instant.yaml").read_text(encoding="utf-8"))
+    doc["name"] = f"instant-step-{step_ms:g}ms"
+    doc["description"] = "The instant profile with a fixed time per step: it paces, never queues."
+    doc["fitted"]["c0_s"] = step_ms / 1e3
+    path.write_text(yaml.safe_dump(doc))
     return str(path)
 
 
@@ -193,8 +191,8 @@ async def run_phase(
     before = {name: proc_cpu(pid) for name, pid in pids.items()}
     client0 = time.process_time()
     busy0, steal0 = machine_cpu()
-    start = time.perf_counter()
-    phase = Phase(target, start, start + warmup_s(args) + seconds, warmup_s(args))
+    warmup, start = warmup_s(args), time.perf_counter()
+    phase = Phase(target, start, start + warmup + seconds, warmup)
 
     async def user(k: int) -> None:
         await asyncio.sleep(k * 0.2 / concurrency)  # spread connection opening over 0.2 s
@@ -399,12 +397,8 @@ def main() -> None:
     parser.add_argument("--step-ms", type=float, default=0.0,
                         help="the engine's time per step whatever the batch, e.g. 20 (default "
                         "0: the instant profile, streams as fast as the CPUs allow)")  # fmt: skip
-    parser.add_argument(
-        "--probe",
-        type=int,
-        default=50,
-        help="sequential requests per target, one at a time (0: skip)",
-    )
+    parser.add_argument("--probe", type=int, default=200,
+                        help="sequential requests per target, one at a time (0: skip)")  # fmt: skip
     parser.add_argument("--no-gateway-log", action="store_true",
                         help="turn off the gateway's per-request JSON log line")  # fmt: skip
     parser.add_argument(
