@@ -162,6 +162,10 @@ def test_openai_sdk_streaming_and_plain_through_the_gateway(stack: tuple[str, st
     assert metric_sum(s, 'llm_request_total{class="interactive",outcome="completed"}') == 3
     assert metric_sum(s, 'llm_request_total{class="interactive",outcome="failed"}') == 1
     assert metric_sum(s, 'burstguard_output_tokens_total{class="interactive"}') == 22
+    # the gateway's own share of each stream's first-token path: one per stream, under TTFT
+    own = "burstguard_first_token_own_seconds"
+    assert s[own + "_count"] == metric_sum(s, "burstguard_ttft_seconds_count") == 2
+    assert 0 < s[own + "_sum"] < metric_sum(s, "burstguard_ttft_seconds_sum")
     lines = [json.loads(x) for x in log_path.read_text().splitlines() if x.startswith("{")]
     done = [x for x in lines if x["outcome"] == "completed"]
     assert len(done) >= 3

@@ -28,6 +28,7 @@ import contextlib
 import logging
 import math
 import signal
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ class HttpRequest:
     keep_alive: bool = True
     error: tuple[int, str] | None = None  # not parsable: the status and message to answer
     http11: bool = True
+    received: float = 0.0  # time.monotonic() when its last byte was parsed
     _chunks: list[bytes] = field(default_factory=list)
     _size: int = 0
 
@@ -330,6 +332,7 @@ class HttpConnection(asyncio.Protocol):
             return
         req.body = b"".join(req._chunks)
         req._chunks = []
+        req.received = time.monotonic()
         self._deliver(req, broken=False)
 
     def _deliver(self, req: HttpRequest, broken: bool) -> None:

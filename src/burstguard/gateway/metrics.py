@@ -23,6 +23,7 @@ OUTCOMES = ("completed", "rejected", "cancelled", "failed")
 
 _WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 _LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+_OWN_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 _TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60)
 
 
@@ -213,6 +214,14 @@ class GatewayMetrics:
             "Time from arrival at the gateway to the first output token",
             ["class"],
             buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self.own_time = Histogram(
+            "burstguard_first_token_own_seconds",
+            "The gateway's own time on a stream's first-token path: request read to its "
+            "upstream write (queue wait excluded), plus the backend's first bytes read to "
+            "their write to the client; the rest of TTFT is the backend's and the network's",
+            buckets=_OWN_BUCKETS,
             registry=r,
         )
         self.loop_lag = Histogram(

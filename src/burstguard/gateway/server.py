@@ -103,8 +103,10 @@ class _Exchange:
     tenant: str
     route: str
     stream: bool
-    arrival: float
+    arrival: float  # the request read whole (HttpRequest.received)
     prompt_tokens: int
+    submitted: float = 0.0  # handed to the core (the handler's task has started)
+    own_s: float = 0.0  # the gateway's own time before the upstream write, queue wait excluded
     outcome: str | None = None
     reason: str | None = None
     status: int = 0
@@ -230,16 +232,16 @@ def _send_error(
 class Gateway:
     """The gateway process: core, backend pool and monitor, metrics and routes."""
 
-    def __init__(self, config: GatewayConfig, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, config: GatewayConfig) -> None:
         if not config.backends:
             raise UserError("backends: at least one backend is required (or pass --backend URL)")
         self.config = config
-        self._clock = clock
+        self._clock = time.monotonic  # the HTTP server stamps requests on it too
         self.core = GatewayCore(config)
         self.auth = KeyAuthenticator(config.api_keys)
         self.backend = config.backends[0]
         self.base = self.backend.url.rstrip("/")
-        self.metrics = GatewayMetrics(self._snapshot, clock)
+        self.metrics = GatewayMetrics(self._snapshot, self._clock)
         self._waiting: dict[str, asyncio.Future[Shed | None]] = {}
         self._session: aiohttp.ClientSession | None = None
         self._pool: UpstreamPool | None = None
@@ -402,7 +404,7 @@ class Gateway:
     async def generate(
         self, req: HttpRequest, resp: Responder, model: type[GenerationRequest]
     ) -> None:
-        arrival = self._clock()
+        arrival = req.received
         body = req.body
         try:
             ident = self.auth.authenticate(
@@ -425,6 +427,7 @@ class Gateway:
         ex = _Exchange(rid, cls, tenant, req.path, gen.stream, arrival, prompt_tokens)
         self.metrics.arrived(cls)
         gr = GatewayRequest(rid, arrival, prompt_tokens, gen.output_limit(), cls, tenant, req.path)
+        ex.submitted = self._clock()
         adm = self.core.submit(gr, arrival)
         for victim in adm.evicted:
             self._shed(victim, "evicted")
@@ -480,6 +483,8 @@ class Gateway:
         call: Call | None = None
         try:
             call = await self.pool.start("POST", ex.route, body, headers)
+            ex.own_s = call.sent_at - ex.arrival - (released - ex.submitted)
+            counter = self._arm_relay(resp, ex, call) if ex.stream else None
             status = await call.response()
             self._backend_up = True
             if status != 200:
@@ -489,8 +494,8 @@ class Gateway:
                 ex.outcome, ex.reason, ex.status = "failed", f"backend_{status}", code
                 self.core.fail(ex.rid, self._clock())
                 _send_json(resp, code, payload)
-            elif ex.stream:
-                await self._relay(resp, ex, call)
+            elif counter is not None:
+                await self._finish_relay(resp, ex, call, counter)
             else:
                 await self._pass_json(resp, ex, call)
         except UpstreamError as exc:
@@ -508,14 +513,10 @@ class Gateway:
             if call is not None:
                 call.abort()  # a no-op once the answer ended; else the engine frees the KV
 
-    async def _relay(self, resp: Responder, ex: _Exchange, call: Call) -> None:
-        """Passes the SSE stream through, each backend read as one chunk to the client."""
-        ex.status = 200
-        resp.start_stream(200, [
-            ("content-type", call.content_type or "text/event-stream"),
-            ("cache-control", "no-cache"), ("x-request-id", ex.rid),
-            ("x-burstguard-class", ex.cls),
-        ])  # fmt: skip
+    def _arm_relay(self, resp: Responder, ex: _Exchange, call: Call) -> _SseTokens:
+        """Sets the SSE pass-through to start when the backend answers 200: the stream's
+        head and first bytes then go to the client from the very read that brought them,
+        each later read as one chunk; the handler's task is not on the first-token path."""
         counter = _SseTokens(chat=ex.route.endswith("chat/completions"))
         first = True
 
@@ -529,11 +530,30 @@ class Gateway:
                 ex.ttft_s = now - ex.arrival
                 self.core.on_first_token(ex.rid, now)
                 self.metrics.ttft.labels(ex.cls).observe(ex.ttft_s)
+                self.metrics.own_time.observe(max(0.0, ex.own_s + now - call.head_at))
             if resp.paused:
                 call.pause(True)
 
-        resp.on_writable = lambda: call.pause(False)
-        await call.relay(sink)
+        def on_head(status: int) -> None:
+            if status != 200:
+                return  # read whole and mapped to an error by the handler
+            ex.status = 200
+            resp.start_stream(200, [
+                ("content-type", call.content_type or "text/event-stream"),
+                ("cache-control", "no-cache"), ("x-request-id", ex.rid),
+                ("x-burstguard-class", ex.cls),
+            ])  # fmt: skip
+            resp.on_writable = lambda: call.pause(False)
+            call.stream_to(sink)
+
+        call.on_head = on_head
+        return counter
+
+    async def _finish_relay(
+        self, resp: Responder, ex: _Exchange, call: Call, counter: _SseTokens
+    ) -> None:
+        """Waits for the relayed stream's end, then counts its outcome and ends it."""
+        await call.finished()
         ex.output_tokens = counter.tokens()
         if counter.finished():
             ex.outcome = "completed"

@@ -3,7 +3,9 @@
 A generation answer is either read whole (JSON, errors) or relayed: each read from the
 backend socket is parsed (httptools, C) and its body pieces handed to a sink callback in
 the same call, with no reader queue and no task wake-up per chunk. That is what keeps the
-gateway's cost per streamed token low (docs/gateway.md, "overhead").
+gateway's cost per streamed token low (docs/gateway.md, "overhead"). A relay can also be
+armed before the answer's head arrives (`Call.on_head`): then the first token is written
+to the client in the same loop pass that read it, with no task wake-up on the way.
 
 Idle connections are reused newest first and never after UPSTREAM_IDLE_S: an engine's
 uvicorn closes idle keep-alive connections after 5 s, and a request written on a connection
@@ -72,9 +74,9 @@ class _Connection(asyncio.Protocol):
 
     def start(self, call: Call, request: bytes) -> None:
         self.call = call
-        self._last_read = time.monotonic()
         assert self.transport is not None
         self.transport.write(request)
+        self._last_read = call.sent_at = time.monotonic()
         self._arm(self._pool.read_timeout_s)
 
     def _arm(self, delay_s: float) -> None:
@@ -116,7 +118,7 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         if self.call is not None:
-            self.call.headers_done(self._parser.get_status_code())
+            self.call.headers_done(self._parser.get_status_code(), self._last_read)
 
     def on_body(self, body: bytes) -> None:
         if self.call is not None:
@@ -145,7 +147,11 @@ class _Connection(asyncio.Protocol):
 
 
 class Call:
-    """One request to the backend: its status, then its body, whole or through a sink."""
+    """One request to the backend: its status, then its body, whole or through a sink.
+
+    `sent_at` (request written) and `head_at` (the read that brought the answer's head) are
+    time.monotonic() stamps, for the gateway's own share of the first-token path.
+    """
 
     __slots__ = (
         "_conn",
@@ -154,7 +160,10 @@ class Call:
         "_sink",
         "content_type",
         "ended",
+        "head_at",
+        "on_head",
         "pieces",
+        "sent_at",
         "status",
     )  # fmt: skip
 
@@ -167,6 +176,11 @@ class Call:
         self._head: asyncio.Future[None] = loop.create_future()
         self._done: asyncio.Future[None] = loop.create_future()
         self._conn: _Connection | None = None
+        self.sent_at = self.head_at = 0.0
+        self.on_head: Callable[[int], None] | None = None
+        """Runs with the status as soon as the head is parsed, before any body is handed
+        on: a relay installs its sink here (`stream_to`) to get the first body bytes in the
+        same read."""
 
     async def response(self) -> int:
         """Waits for the answer's status line and headers; returns the status."""
@@ -180,10 +194,13 @@ class Call:
         self.pieces = []
         return body
 
-    async def relay(self, sink: Sink) -> None:
-        """Hands each read's body bytes to `sink` as they arrive; returns at the end."""
+    def stream_to(self, sink: Sink) -> None:
+        """Hands each read's body bytes to `sink` from now on, as they arrive."""
         self._sink = sink
         self.flush()
+
+    async def finished(self) -> None:
+        """Returns when the whole answer has been read (and handed on)."""
         await self._done
 
     def pause(self, paused: bool) -> None:
@@ -205,8 +222,11 @@ class Call:
                 fut.cancel()
 
     # called by the connection
-    def headers_done(self, status: int) -> None:
+    def headers_done(self, status: int, read_at: float) -> None:
         self.status = status
+        self.head_at = read_at
+        if self.on_head is not None:
+            self.on_head(status)
         if not self._head.done():
             self._head.set_result(None)
 
