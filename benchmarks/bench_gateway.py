@@ -20,6 +20,10 @@ under `valgrind --tool=callgrind` for a fixed number of requests). Per phase it 
 each process's CPU seconds (/proc/PID/stat; the client's own process time) and the
 machine's (/proc/stat): a process near 1.0 core is CPU-bound (each is one asyncio
 thread); "other" is CPU used by processes outside the benchmark, which contends the run.
+The gateway's own figure, burstguard_first_token_own_seconds (request read to upstream
+write, less queue wait, plus the backend's head read to its write to the client), is read
+from its /metrics around its phases: what the gateway itself adds to TTFT, apart from the
+time its loop waited for a core the emulator and client also want.
 
 With --step-ms S the emulator takes S ms for every step whatever the batch (a fitted
 profile with only the step constant): 256 streams then get a token every S ms, as from a
@@ -230,23 +234,54 @@ async def probe(base: str, n: int, payload: dict[str, object]) -> list[float]:
     return out
 
 
-async def loop_lag_buckets(base: str) -> dict[float, float]:
-    """The gateway's burstguard_event_loop_lag_seconds buckets: {upper bound: count}."""
+LAG = "burstguard_event_loop_lag_seconds"
+OWN = "burstguard_first_token_own_seconds"
+
+
+async def gateway_histograms(base: str) -> dict[str, float]:
+    """The gateway's loop-lag and own-time histograms, as parsed samples (cumulative)."""
     async with aiohttp.ClientSession() as session, session.get(base + "/metrics") as resp:
-        text = await resp.text()
-    name = "burstguard_event_loop_lag_seconds_bucket"
-    buckets = parse_metrics(text, only=(name,))  # keys: name{le="0.001"}
-    return {float(key.split('"')[1]): n for key, n in buckets.items()}
+        return parse_metrics(await resp.text(), only=(LAG, OWN))
 
 
-def print_lag(lag: dict[float, float]) -> None:
+def added(into: dict[str, float], before: dict[str, float], after: dict[str, float]) -> None:
+    """Adds what each sample grew by between two scrapes to `into` (phases summed)."""
+    for key, n in after.items():
+        into[key] = into.get(key, 0.0) + n - before.get(key, 0.0)
+
+
+def buckets(samples: dict[str, float], name: str) -> dict[float, float]:
+    """{upper bound: cumulative count} of histogram `name` (keys: name_bucket{le="0.001"})."""
+    prefix = name + "_bucket"
+    return {float(k.split('"')[1]): n for k, n in samples.items() if k.startswith(prefix)}
+
+
+def bucket_pct(cum: dict[float, float], q: float) -> float:
+    """The upper bound of the bucket that holds quantile q (a bound, not an estimate)."""
+    total = cum.get(float("inf"), 0.0)
+    return next(le for le, n in sorted(cum.items()) if n >= q * total)
+
+
+def print_lag(samples: dict[str, float]) -> None:
     """Where the gateway's 50 ms tick ran late during its phases (cumulative buckets)."""
+    lag = buckets(samples, LAG)
     total = lag.get(float("inf"), 0.0)
     if not total:
         return
     shares = ", ".join(f"<= {le * 1e3:g} ms {n / total:.0%}" for le, n in sorted(lag.items())
                        if le in (0.001, 0.002, 0.005, 0.01, 0.025))  # fmt: skip
     print(f"  gateway event-loop lag in its phases ({total:.0f} ticks): {shares}")
+
+
+def own_time(samples: dict[str, float]) -> str:
+    """The gateway's own share of the first-token path, as it measured it."""
+    n = samples.get(OWN + "_count", 0.0)
+    if not n:
+        return "not measured (an older gateway)"
+    cum = buckets(samples, OWN)
+    return (f"mean {samples[OWN + '_sum'] / n * 1e3:.2f} ms, p50 <= "
+            f"{bucket_pct(cum, .5) * 1e3:g} ms, p99 <= {bucket_pct(cum, .99) * 1e3:g} ms "
+            f"({n:.0f} streams)")  # fmt: skip
 
 
 def gateway_config(
@@ -276,8 +311,11 @@ async def bench(args: argparse.Namespace, direct: str, via: str, pids: dict[str,
         cpu0, t0 = proc_cpu(pids["gateway"]), time.perf_counter()
         d = await probe(direct, args.probe, payload)
         cpu1, t1 = proc_cpu(pids["gateway"]), time.perf_counter()
+        h0 = await gateway_histograms(via)
         g = await probe(via, args.probe, payload)
         cpu2, t2 = proc_cpu(pids["gateway"]), time.perf_counter()
+        probed: dict[str, float] = {}
+        added(probed, h0, await gateway_histograms(via))
         idle = (cpu1 - cpu0) / (t1 - t0)
         per_req = max(0.0, cpu2 - cpu1 - idle * (t2 - t1)) / (args.probe + 10)
         print(f"sequential probe ({args.probe} requests each, one at a time): TTFT p50 direct "
@@ -285,8 +323,9 @@ async def bench(args: argparse.Namespace, direct: str, via: str, pids: dict[str,
               f"{ms(pct(g, .5) - pct(d, .5))} ms; p99 added "
               f"{ms(pct(g, .99) - pct(d, .99))} ms; gateway CPU {per_req * 1e3:.2f} ms "
               "per request (less its idle background)")  # fmt: skip
+        print(f"  gateway's own time on the first-token path in the probe: {own_time(probed)}")
     phases: list[Phase] = []
-    lag: dict[float, float] = {}  # the gateway's loop-lag histogram over its phases
+    hist: dict[str, float] = {}  # the gateway's own histograms over its phases
     print(f"{'phase':<7}{'target':<9}{'reqs':>7}{'err':>5}{'tok/s':>9}{'reads/req':>10}"
           f"{'p50 ms':>9}{'p99 ms':>9}   CPU cores: emulator gateway client other "
           "steal")  # fmt: skip
@@ -295,11 +334,10 @@ async def bench(args: argparse.Namespace, direct: str, via: str, pids: dict[str,
         if r % 2:
             order.reverse()
         for name, base in order:
-            lag0 = await loop_lag_buckets(via) if name == "gateway" else {}
+            h0 = await gateway_histograms(via) if name == "gateway" else {}
             p = await run_phase(name, base, args, payload, pids)
             if name == "gateway":
-                for le, n in (await loop_lag_buckets(via)).items():
-                    lag[le] = lag.get(le, 0.0) + n - lag0.get(le, 0.0)
+                added(hist, h0, await gateway_histograms(via))
             phases.append(p)
             m = p.measured()
             t = [s.ttft for s in m]
@@ -310,7 +348,8 @@ async def bench(args: argparse.Namespace, direct: str, via: str, pids: dict[str,
                   f"{p.cpu['other']:5.2f} {p.cpu['steal']:5.2f}",
                   flush=True)  # fmt: skip
     summarize(args, phases)
-    print_lag(lag)
+    print(f"  gateway's own time on the first-token path in its phases: {own_time(hist)}")
+    print_lag(hist)
 
 
 def print_noise(phases: list[Phase], by: dict[str, list[Phase]]) -> None:
