@@ -1,11 +1,13 @@
 """The gateway's own HTTP layers, on the wire: keep-alive and pipelining, Expect, bad HTTP,
-size limits, stream coalescing, and what a client sees when the backend fails."""
+size limits, stream coalescing, what a client sees when the backend fails, graceful stop."""
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import re
+import signal
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -225,3 +227,33 @@ def test_an_unreachable_backend_gets_503(tmp_path: Path) -> None:
         out = raw(gw.base_url, head + b"content-length: %d\r\n\r\n%b" % (len(req), req))  # type: ignore[attr-defined]
     assert out.startswith(b"HTTP/1.1 503 ")
     assert body_of(out)["error"]["code"] == "backend_unreachable"
+
+
+def test_sigterm_lets_open_streams_finish_and_refuses_new_connections(tmp_path: Path) -> None:
+    """A rolling update or a scale-down (SIGTERM) loses no answer already being streamed:
+    the gateway stops accepting at once, lets open streams end, then exits 0."""
+    tokens = 150  # ~1.5 s at 1x: the signal lands mid-stream
+    with start_emulator(tmp_path, speedup=1.0) as emu:
+        gw = start_gateway(tmp_path, emu.base_url, {})  # type: ignore[attr-defined]
+        with gw:
+            assert gw.proc is not None
+            host, port = gw.base_url.removeprefix("http://").split(":")  # type: ignore[attr-defined]
+            conn = http.client.HTTPConnection(host, int(port), timeout=10)
+            body = json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": tokens,
+                               "stream": True, "ignore_eos": True})  # fmt: skip
+            conn.request("POST", "/v1/completions", body, {"content-type": "application/json"})
+            resp = conn.getresponse()
+            assert resp.status == 200
+            first = resp.readline()
+            assert first.startswith(b"data:")
+            gw.proc.send_signal(signal.SIGTERM)
+            rest = resp.read()  # the stream goes on to its end
+            conn.close()
+            with pytest.raises(ConnectionRefusedError):  # no longer listening
+                socket.create_connection((host, int(port)), timeout=2).close()
+            assert gw.proc.wait(timeout=15) == 0
+    events = [e for e in (first + rest).split(b"\n\n") if e.startswith(b"data:")]
+    assert events[-1] == b"data: [DONE]"
+    choices = [json.loads(e.removeprefix(b"data: "))["choices"][0] for e in events[:-1]]
+    assert sum(1 for c in choices if c["text"]) == tokens
+    assert choices[-1]["finish_reason"] == "length"
