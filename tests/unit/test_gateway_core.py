@@ -9,6 +9,7 @@ import pytest
 
 from burstguard.errors import UserError
 from burstguard.gateway.admission import ClassInflow, estimate_wait
+from burstguard.gateway.cli import load_config
 from burstguard.gateway.config import AdmissionConfig, ClassConfig, GatewayConfig
 from burstguard.gateway.core import GatewayCore
 from burstguard.gateway.request import GatewayRequest
@@ -74,6 +75,15 @@ def test_config_errors_name_the_field(tmp_path: Path) -> None:
     path.write_text("admission:\n  max_queue_requests: 0\n")
     with pytest.raises(UserError, match=r"admission\.max_queue_requests"):
         GatewayConfig.load(path)
+
+
+def test_a_config_with_two_backends_is_refused_not_half_served(tmp_path: Path) -> None:
+    path = tmp_path / "gw.yaml"
+    path.write_text("backends:\n  - url: http://127.0.0.1:8000\n  - url: http://127.0.0.1:8001\n")
+    with pytest.raises(UserError, match=r"backends: one backend per gateway \(got 2\)"):
+        load_config(path, None, None, None)
+    with pytest.raises(UserError, match=r"\(got 2\)"):  # --backend replaces the first only
+        load_config(path, "http://127.0.0.1:9000", None, None)
 
 
 def test_class_inflow_reads_true_from_a_cold_start() -> None:

@@ -43,6 +43,11 @@ def load_config(
     cfg = GatewayConfig.from_dict(data, source=source)
     if not cfg.backends:
         raise UserError(f"{source}: backends: no backend configured (pass --backend URL)")
+    if len(cfg.backends) > 1:  # refused, not silently served by the first alone
+        raise UserError(
+            f"{source}: backends: one backend per gateway (got {len(cfg.backends)}): its "
+            "admission follows that engine's own metrics; run a gateway per engine replica"
+        )
     return cfg
 
 
@@ -51,7 +56,7 @@ def gateway(
         Path | None, typer.Option("--config", "-c", help="Gateway config (YAML).")
     ] = None,
     backend: Annotated[
-        str | None, typer.Option(help="Backend base URL (overrides the config's first backend).")
+        str | None, typer.Option(help="Backend base URL (overrides the config's backend).")
     ] = None,
     host: Annotated[str | None, typer.Option(help="Address to listen on.")] = None,
     port: Annotated[int | None, typer.Option(help="Port to listen on.")] = None,
