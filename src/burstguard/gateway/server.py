@@ -105,7 +105,6 @@ class _Exchange:
     stream: bool
     arrival: float  # the request read whole (HttpRequest.received)
     prompt_tokens: int
-    submitted: float = 0.0  # handed to the core (the handler's task has started)
     own_s: float = 0.0  # the gateway's own time before the upstream write, queue wait excluded
     outcome: str | None = None
     reason: str | None = None
@@ -427,7 +426,7 @@ class Gateway:
         ex = _Exchange(rid, cls, tenant, req.path, gen.stream, arrival, prompt_tokens)
         self.metrics.arrived(cls)
         gr = GatewayRequest(rid, arrival, prompt_tokens, gen.output_limit(), cls, tenant, req.path)
-        ex.submitted = self._clock()
+        ex.own_s = self._clock() - arrival  # read to the core; the rest is added at release
         adm = self.core.submit(gr, arrival)
         for victim in adm.evicted:
             self._shed(victim, "evicted")
@@ -483,7 +482,7 @@ class Gateway:
         call: Call | None = None
         try:
             call = await self.pool.start("POST", ex.route, body, headers)
-            ex.own_s = call.sent_at - ex.arrival - (released - ex.submitted)
+            ex.own_s += call.sent_at - released
             counter = self._arm_relay(resp, ex, call) if ex.stream else None
             status = await call.response()
             self._backend_up = True
@@ -530,7 +529,7 @@ class Gateway:
                 ex.ttft_s = now - ex.arrival
                 self.core.on_first_token(ex.rid, now)
                 self.metrics.ttft.labels(ex.cls).observe(ex.ttft_s)
-                self.metrics.own_time.observe(max(0.0, ex.own_s + now - call.head_at))
+                self.metrics.own_time.observe(ex.own_s + now - call.head_at)
             if resp.paused:
                 call.pause(True)
 
