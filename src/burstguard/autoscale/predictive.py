@@ -1,0 +1,186 @@
+"""Predictive scaling: provision now for the load one cold start from now.
+
+A reactive autoscaler sees a burst only once it has queued, then waits a cold start for the
+replicas it orders: a burst shorter than a cold start is served by the replicas that were
+already there. This policy forecasts the arrival rate at `now + lead_time` (the cold start
+plus a tick) from the recent past and orders the replicas for it now. The forecast is the
+largest of three views:
+
+- trend: a least-squares line through the last `trend_window_s` of per-bin rates,
+  extrapolated by the lead time (capped at twice the window's peak);
+- burst-aware: the `burst_quantile` of per-bin rates over `burst_window_s`, so a bursty
+  stream keeps capacity for its bursts, not its mean (its ratio to the mean is the burst
+  index);
+- seasonal (when `season_s` is set, e.g. 86400 for a diurnal cycle): the peak rate seen
+  one season ago over the coming lead time.
+
+Replicas needed = ceil(forecast / rate_per_replica), plus replicas to drain a backlog
+within `backlog_drain_s`. No cascade: the backlog term is frozen while any replica is
+starting (those replicas are the answer to that backlog; the forecast term does not grow
+with the backlog). A decrease waits `scale_down_window_s` (highest count over the window).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar
+
+from pydantic import ConfigDict
+
+from burstguard.autoscale.fleet import FleetCounts
+from burstguard.autoscale.policy import Decision, Signals
+
+__all__ = ["Forecast", "PredictiveAutoscaler", "PredictiveParams", "forecast_rate"]
+
+
+@dataclass(frozen=True, slots=True)
+class PredictiveParams:
+    """Forecast windows, capacity per replica and bounds; see the module docstring."""
+
+    __pydantic_config__: ClassVar = ConfigDict(extra="forbid")
+
+    rate_per_replica: float  # requests/s one replica serves within its SLO
+    min_replicas: int = 1
+    max_replicas: int = 100
+    bin_s: float = 5.0
+    trend_window_s: float = 120.0
+    burst_window_s: float = 300.0
+    burst_quantile: float = 0.95
+    season_s: float | None = None
+    lead_time_s: float | None = None  # None: the cold start's p90 plus one bin
+    scale_down_window_s: float = 180.0  # the seed's "cooldown 2-5 min"
+    backlog_drain_s: float = 60.0
+    arrivals_metric: str = "burstguard_arrivals_total"
+    queue_metric: str = "llm_request_queue_depth"
+
+    def __post_init__(self) -> None:
+        if self.rate_per_replica <= 0 or self.bin_s <= 0 or self.backlog_drain_s <= 0:
+            raise ValueError("need rate_per_replica, bin_s and backlog_drain_s > 0")
+        if self.trend_window_s < 2 * self.bin_s or self.burst_window_s < self.bin_s:
+            raise ValueError("need trend_window_s >= 2 bins and burst_window_s >= 1 bin")
+        if not 0 < self.burst_quantile <= 1:
+            raise ValueError("burst_quantile must be in (0, 1]")
+        if self.season_s is not None and self.season_s < self.bin_s:
+            raise ValueError("season_s must be at least one bin")
+        if not 0 <= self.min_replicas <= self.max_replicas or self.max_replicas < 1:
+            raise ValueError("need 0 <= min_replicas <= max_replicas and max_replicas >= 1")
+        if self.scale_down_window_s < 0 or (self.lead_time_s is not None and self.lead_time_s < 0):
+            raise ValueError("scale_down_window_s and lead_time_s must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """The rate expected at now + lead time, its three views and the burst index."""
+
+    rate: float
+    trend: float
+    burst: float
+    seasonal: float
+    burst_index: float
+
+
+def forecast_rate(rates: list[float], p: PredictiveParams, lead_time_s: float) -> Forecast:
+    """Forecast from per-bin rates (oldest first, the last bin just ended)."""
+    if not rates:
+        return Forecast(0.0, 0.0, 0.0, 0.0, 1.0)
+    n_trend = max(2, round(p.trend_window_s / p.bin_s))
+    recent = rates[-n_trend:]
+    trend = _extrapolate(recent, lead_time_s / p.bin_s)
+    trend = max(0.0, min(trend, 2 * max(recent)))
+    window = sorted(rates[-max(1, round(p.burst_window_s / p.bin_s)) :])
+    burst = window[min(int(p.burst_quantile * len(window)), len(window) - 1)]
+    mean = sum(window) / len(window)
+    seasonal = 0.0
+    if p.season_s is not None:
+        back = round(p.season_s / p.bin_s)
+        ahead = max(1, math.ceil(lead_time_s / p.bin_s))
+        if len(rates) >= back:
+            start = len(rates) - back
+            seasonal = max(rates[start : start + ahead])
+    return Forecast(
+        max(trend, burst, seasonal), trend, burst, seasonal, burst / mean if mean > 0 else 1.0
+    )
+
+
+def _extrapolate(ys: list[float], steps_ahead: float) -> float:
+    """The least-squares line through ys (x = 0..n-1) evaluated at x = n-1 + steps_ahead."""
+    n = len(ys)
+    mx, my = (n - 1) / 2, sum(ys) / n
+    den = sum((x - mx) ** 2 for x in range(n))
+    slope = sum((x - mx) * (y - my) for x, y in enumerate(ys)) / den
+    return my + slope * (n - 1 - mx + steps_ahead)
+
+
+class PredictiveAutoscaler:
+    """Forecast-driven desired count; exported as `burstguard_desired_replicas`."""
+
+    def __init__(
+        self,
+        params: PredictiveParams,
+        *,
+        initial_replicas: int,
+        lead_time_s: float,
+        start: float = 0.0,
+    ) -> None:
+        self.params = params
+        self.lead_time_s = lead_time_s
+        keep_s = max(p for p in (params.trend_window_s, params.burst_window_s) if p)
+        if params.season_s is not None:
+            keep_s = max(keep_s, params.season_s)
+        self._keep = math.ceil(keep_s / params.bin_s) + 1
+        self._rates: list[float] = []
+        self._last_total: float | None = None
+        self._next_tick = start
+        self._desired = initial_replicas
+        self._backlog_extra = 0
+        self._recent: deque[tuple[float, int]] = deque()  # raw counts, for the scale-down window
+        self.forecast = Forecast(0.0, 0.0, 0.0, 0.0, 1.0)
+
+    @property
+    def desired(self) -> int:
+        return self._desired
+
+    @property
+    def gauges(self) -> Mapping[str, float]:
+        f = self.forecast
+        return {"forecast_rate": f.rate, "burst_index": f.burst_index,
+                "lead_time_s": self.lead_time_s}
+
+    def next_tick_at(self) -> float:
+        return self._next_tick
+
+    def tick(self, now: float, signals: Signals, fleet: FleetCounts) -> Decision | None:
+        p = self.params
+        if now < self._next_tick:
+            return None
+        self._next_tick += p.bin_s * (math.floor((now - self._next_tick) / p.bin_s) + 1)
+        total = signals.get(p.arrivals_metric, 0.0)
+        if self._last_total is not None:
+            self._rates.append(max(total - self._last_total, 0.0) / p.bin_s)
+            if len(self._rates) > 2 * self._keep:
+                del self._rates[: -self._keep]
+        self._last_total = total
+        self.forecast = forecast_rate(self._rates, p, self.lead_time_s)
+        for_rate = math.ceil(self.forecast.rate / p.rate_per_replica - 1e-9)
+        if fleet.starting == 0:  # no cascade: the backlog term waits for what is starting
+            queue = signals.get(p.queue_metric, 0.0)
+            self._backlog_extra = math.ceil(queue / (p.rate_per_replica * p.backlog_drain_s))
+        raw = min(max(for_rate + self._backlog_extra, p.min_replicas), p.max_replicas)
+        self._recent.append((now, raw))
+        while len(self._recent) > 1 and self._recent[0][0] <= now - p.scale_down_window_s:
+            self._recent.popleft()
+        new = max(v for _, v in self._recent)  # up at once, down after the window
+        if new == self._desired:
+            return None
+        self._desired = new
+        f = self.forecast
+        return Decision(
+            now,
+            new,
+            f"predictive: forecast {f.rate:.3g}/s in {self.lead_time_s:.0f} s"
+            + (f" + backlog {self._backlog_extra}" if self._backlog_extra else ""),
+            {"forecast_rate": f.rate, "burst_index": f.burst_index, "backlog_extra": self._backlog_extra},
+        )
