@@ -7,7 +7,8 @@ plus a tick) from the recent past and orders the replicas for it now. The foreca
 largest of three views:
 
 - trend: a least-squares line through the last `trend_window_s` of per-bin rates,
-  extrapolated by the lead time (capped at twice the window's peak);
+  extrapolated by the lead time and capped at `trend_cap` x the window's peak (a line
+  through a step would otherwise promise a ramp that never comes);
 - burst-aware: the `burst_quantile` of per-bin rates over `burst_window_s`, so a bursty
   stream keeps capacity for its bursts, not its mean (its ratio to the mean is the burst
   index);
@@ -46,7 +47,8 @@ class PredictiveParams:
     min_replicas: int = 1
     max_replicas: int = 100
     bin_s: float = 5.0
-    trend_window_s: float = 120.0
+    trend_window_s: float = 600.0
+    trend_cap: float = 1.25
     burst_window_s: float = 300.0
     burst_quantile: float = 0.95
     season_s: float | None = None
@@ -61,6 +63,8 @@ class PredictiveParams:
             raise ValueError("need rate_per_replica, bin_s and backlog_drain_s > 0")
         if self.trend_window_s < 2 * self.bin_s or self.burst_window_s < self.bin_s:
             raise ValueError("need trend_window_s >= 2 bins and burst_window_s >= 1 bin")
+        if self.trend_cap < 1:
+            raise ValueError("trend_cap must be >= 1")
         if not 0 < self.burst_quantile <= 1:
             raise ValueError("burst_quantile must be in (0, 1]")
         if self.season_s is not None and self.season_s < self.bin_s:
@@ -89,7 +93,7 @@ def forecast_rate(rates: list[float], p: PredictiveParams, lead_time_s: float) -
     n_trend = max(2, round(p.trend_window_s / p.bin_s))
     recent = rates[-n_trend:]
     trend = _extrapolate(recent, lead_time_s / p.bin_s)
-    trend = max(0.0, min(trend, 2 * max(recent)))
+    trend = max(0.0, min(trend, p.trend_cap * max(recent)))
     window = sorted(rates[-max(1, round(p.burst_window_s / p.bin_s)) :])
     burst = window[min(int(p.burst_quantile * len(window)), len(window) - 1)]
     mean = sum(window) / len(window)
