@@ -15,10 +15,11 @@ largest of three views:
 - seasonal (when `season_s` is set, e.g. 86400 for a diurnal cycle): the peak rate seen
   one season ago over the coming lead time.
 
-Replicas needed = ceil(forecast / rate_per_replica), plus replicas to drain a backlog
-within `backlog_drain_s`. No cascade: the backlog term is frozen while any replica is
-starting (those replicas are the answer to that backlog; the forecast term does not grow
-with the backlog). A decrease waits `scale_down_window_s` (highest count over the window).
+Replicas needed = the larger of ceil(forecast / rate_per_replica) and the count that drains
+the queued backlog within lead time + `backlog_drain_s` (the replicas there now serve at
+once, new ones only after the lead time). No cascade: the forecast does not grow with the
+backlog, and the backlog count may not rise while any replica is starting (those replicas
+are the answer to it; ordering more before they serve is the cascade of AIBrix #2670). A decrease waits `scale_down_window_s` (highest count over the window).
 """
 
 from __future__ import annotations
@@ -112,6 +113,8 @@ def forecast_rate(rates: list[float], p: PredictiveParams, lead_time_s: float) -
 def _extrapolate(ys: list[float], steps_ahead: float) -> float:
     """The least-squares line through ys (x = 0..n-1) evaluated at x = n-1 + steps_ahead."""
     n = len(ys)
+    if n < 2:
+        return ys[-1]
     mx, my = (n - 1) / 2, sum(ys) / n
     den = sum((x - mx) ** 2 for x in range(n))
     slope = sum((x - mx) * (y - my) for x, y in enumerate(ys)) / den
@@ -139,7 +142,7 @@ class PredictiveAutoscaler:
         self._last_total: float | None = None
         self._next_tick = start
         self._desired = initial_replicas
-        self._backlog_extra = 0
+        self._backlog = 0
         self._recent: deque[tuple[float, int]] = deque()  # raw counts, for the scale-down window
         self.forecast = Forecast(0.0, 0.0, 0.0, 0.0, 1.0)
 
@@ -169,10 +172,11 @@ class PredictiveAutoscaler:
         self._last_total = total
         self.forecast = forecast_rate(self._rates, p, self.lead_time_s)
         for_rate = math.ceil(self.forecast.rate / p.rate_per_replica - 1e-9)
-        if fleet.starting == 0:  # no cascade: the backlog term waits for what is starting
-            queue = signals.get(p.queue_metric, 0.0)
-            self._backlog_extra = math.ceil(queue / (p.rate_per_replica * p.backlog_drain_s))
-        raw = min(max(for_rate + self._backlog_extra, p.min_replicas), p.max_replicas)
+        backlog = self._backlog_replicas(signals.get(p.queue_metric, 0.0), fleet.current)
+        if fleet.starting > 0:  # no cascade: what is starting is the answer to the backlog
+            backlog = min(backlog, self._backlog)
+        self._backlog = backlog
+        raw = min(max(for_rate, backlog, p.min_replicas), p.max_replicas)
         self._recent.append((now, raw))
         while len(self._recent) > 1 and self._recent[0][0] <= now - p.scale_down_window_s:
             self._recent.popleft()
@@ -185,6 +189,17 @@ class PredictiveAutoscaler:
             now,
             new,
             f"predictive: forecast {f.rate:.3g}/s in {self.lead_time_s:.0f} s"
-            + (f" + backlog {self._backlog_extra}" if self._backlog_extra else ""),
-            {"forecast_rate": f.rate, "burst_index": f.burst_index, "backlog_extra": self._backlog_extra},
+            + (f", backlog needs {self._backlog}" if self._backlog > for_rate else ""),
+            {"forecast_rate": f.rate, "burst_index": f.burst_index, "backlog_replicas": self._backlog},
         )
+
+    def _backlog_replicas(self, queue: float, current: int) -> int:
+        """Replicas that drain `queue` within lead time + backlog_drain_s while keeping up
+        with the forecast, when the `current` ones serve now and new ones after the lead."""
+        p = self.params
+        mu, lam = p.rate_per_replica, self.forecast.rate
+        lead, drain = self.lead_time_s, p.backlog_drain_s
+        keep_up = math.ceil((queue / (lead + drain) + lam) / mu - 1e-9)
+        if keep_up <= current:
+            return keep_up
+        return math.ceil((queue + lam * (lead + drain) - current * mu * lead) / (mu * drain) - 1e-9)
