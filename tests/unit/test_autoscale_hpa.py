@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from burstguard.autoscale.fleet import FleetCounts
-from burstguard.autoscale.hpa import Behavior, Hpa, HpaScalingPolicy, ScalingRules, replicas_for_metric
+from burstguard.autoscale.hpa import (
+    Behavior,
+    Hpa,
+    HpaScalingPolicy,
+    ScalingRules,
+    replicas_for_metric,
+)
 from burstguard.autoscale.keda import KedaAutoscaler, KedaParams
 from burstguard.autoscale.promql import Query, ScrapedSeries
 
@@ -107,13 +113,17 @@ def _keda(**kw: object) -> KedaParams:
     return KedaParams(**(base | kw))  # type: ignore[arg-type]
 
 
-def _run(keda: KedaAutoscaler, queue: dict[float, float] | None, until: float) -> list[tuple[float, int]]:
+def _run(
+    keda: KedaAutoscaler, queue: dict[float, float] | None, until: float
+) -> list[tuple[float, int]]:
     """Ticks every second; `queue` maps a start time to the queue depth from then on."""
     changes, depth = [], 0.0
     for t in range(int(until) + 1):
         depth = (queue or {}).get(float(t), depth)
         if t >= keda.next_tick_at():
-            d = keda.tick(float(t), {"llm_request_queue_depth": depth}, FleetCounts(0, keda.desired, 0))
+            d = keda.tick(
+                float(t), {"llm_request_queue_depth": depth}, FleetCounts(0, keda.desired, 0)
+            )
             if d is not None:
                 changes.append((float(t), d.desired))
     return changes

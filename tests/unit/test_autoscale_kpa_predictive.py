@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import random
 
 import pytest
@@ -23,7 +22,9 @@ from burstguard.autoscale.predictive import PredictiveAutoscaler, PredictivePara
 # -- KPA ------------------------------------------------------------------------------------
 
 
-def _kpa_run(concurrency: dict[float, float], until: int, ready: int = 2) -> list[tuple[float, int, bool]]:
+def _kpa_run(
+    concurrency: dict[float, float], until: int, ready: int = 2
+) -> list[tuple[float, int, bool]]:
     """Ticks every second with `ready` ready pods (new ones still starting)."""
     kpa = KpaAutoscaler(
         KpaParams(target_concurrency=10, target_utilization=1.0, min_replicas=1, max_replicas=50),
@@ -77,14 +78,19 @@ def test_forecast_views() -> None:
 
 def test_predictive_backlog_waits_for_starting_replicas() -> None:
     """No cascade: a backlog adds replicas only when none are starting."""
-    auto = PredictiveAutoscaler(_predictive(), initial_replicas=1, lead_time_s=100.0)
+    auto = PredictiveAutoscaler(
+        _predictive(backlog_drain_s=60), initial_replicas=1, lead_time_s=100.0
+    )
     total = 0.0
 
     def tick(t: int, queue: float, starting: int) -> int:
         nonlocal total
         total += 4.0 * 5  # a steady 4/s: one replica's worth
-        auto.tick(float(t), {"burstguard_arrivals_total": total, "llm_request_queue_depth": queue},
-                  FleetCounts(starting, 1, 0))
+        auto.tick(
+            float(t),
+            {"burstguard_arrivals_total": total, "llm_request_queue_depth": queue},
+            FleetCounts(starting, 1, 0),
+        )
         return auto.desired
 
     assert [tick(t, 0.0, 0) for t in range(0, 60, 5)][-1] == 1
@@ -117,7 +123,11 @@ def test_fleet_lifecycle_and_replica_seconds() -> None:
     assert fleet.replica_seconds(130.0) == pytest.approx(300 + 10 + 30 + 30)
     # one point per change; at t = 0 the order replaced the initial state
     assert [(s.desired, s.starting, s.ready, s.draining) for s in fleet.history] == [
-        (3, 2, 1, 0), (3, 0, 3, 0), (1, 0, 1, 2), (1, 0, 1, 1), (1, 0, 1, 0)
+        (3, 2, 1, 0),
+        (3, 0, 3, 0),
+        (1, 0, 1, 2),
+        (1, 0, 1, 1),
+        (1, 0, 1, 0),
     ]
 
 

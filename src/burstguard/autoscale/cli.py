@@ -34,7 +34,9 @@ def export_cmd(
     name: Annotated[
         str, typer.Option("--name", help="The Deployment to scale (and the object's name).")
     ] = "burstguard-engine",
-    namespace: Annotated[str, typer.Option("--namespace", help="Kubernetes namespace.")] = "default",
+    namespace: Annotated[
+        str, typer.Option("--namespace", help="Kubernetes namespace.")
+    ] = "default",
     prometheus: Annotated[
         str, typer.Option("--prometheus", help="Prometheus URL as KEDA reaches it.")
     ] = "http://prometheus-operated.monitoring.svc:9090",
@@ -52,7 +54,9 @@ def export_cmd(
     from burstguard.autoscale.config import load_policy
     from burstguard.autoscale.export import ExportTarget, render
 
-    loaded = load_policy(policy).with_overrides(min_replicas=min_replicas, max_replicas=max_replicas)
+    loaded = load_policy(policy).with_overrides(
+        min_replicas=min_replicas, max_replicas=max_replicas
+    )
     manifests = render(loaded, ExportTarget(name, namespace, prometheus))
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -79,7 +79,9 @@ _PULL = 212.0  # ~294 s uncached vs ~82 s warm (8B, L40S); vllm-openai image ~25
 
 COLD_START_PRESETS: dict[str, ColdStartModel] = {
     "vllm-8b-cached-image": ColdStartModel((_START, _WEIGHTS, _GRAPHS)),
-    "vllm-8b-fresh-node": ColdStartModel((Phase("image_pull", _PULL, cv=0.25), _START, _WEIGHTS, _GRAPHS)),
+    "vllm-8b-fresh-node": ColdStartModel(
+        (Phase("image_pull", _PULL, cv=0.25), _START, _WEIGHTS, _GRAPHS)
+    ),
     "vllm-8b-mixed": ColdStartModel(
         (Phase("image_pull", _PULL, cv=0.25, probability=0.5), _START, _WEIGHTS, _GRAPHS)
     ),

@@ -51,7 +51,9 @@ class ScalingPolicy(BaseModel):
     def _check(self) -> ScalingPolicy:
         given = [k for k in ("keda", "kpa", "predictive") if getattr(self, k) is not None]
         if given != [self.kind]:
-            raise ValueError(f"kind {self.kind!r} needs exactly a `{self.kind}:` block, got {given}")
+            raise ValueError(
+                f"kind {self.kind!r} needs exactly a `{self.kind}:` block, got {given}"
+            )
         if isinstance(self.cold_start, str) and self.cold_start not in COLD_START_PRESETS:
             raise ValueError(
                 f"cold_start: unknown preset {self.cold_start!r}; "
@@ -180,4 +182,3 @@ def load_policy(name_or_path: str | Path) -> ScalingPolicy:
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: not valid YAML: {exc}") from None
     return ScalingPolicy.from_dict(data, str(path))
-

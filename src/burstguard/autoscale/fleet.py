@@ -170,7 +170,9 @@ class Fleet:
             effects.append(StartReplica(r.id, ready_at))
         if desired < len(live):
             # not ready first (furthest from ready first), then the most recently ready
-            live.sort(key=lambda r: (r.state == "ready", -r.until if r.state == "starting" else -r.since))
+            live.sort(
+                key=lambda r: (r.state == "ready", -r.until if r.state == "starting" else -r.since)
+            )
             for r in live[: len(live) - desired]:
                 if r.state == "starting":
                     del self._replicas[r.id]

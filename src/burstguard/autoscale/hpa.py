@@ -141,7 +141,11 @@ class Hpa:
         elif after < before:
             self._downs.append(_Event(now, before - after))
         longest = max(
-            (p.period_s for r in (self.behavior.scale_up, self.behavior.scale_down) for p in r.policies),
+            (
+                p.period_s
+                for r in (self.behavior.scale_up, self.behavior.scale_down)
+                for p in r.policies
+            ),
             default=0,
         )
         self._ups = [e for e in self._ups if e.time > now - longest]

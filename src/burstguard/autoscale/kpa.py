@@ -58,7 +58,11 @@ class KpaParams:
             raise ValueError("need target_concurrency > 0 and 0 < target_utilization <= 1")
         if not 0 < self.panic_window_s <= self.stable_window_s:
             raise ValueError("need 0 < panic_window_s <= stable_window_s")
-        if self.panic_threshold <= 1 or self.max_scale_up_rate <= 1 or self.max_scale_down_rate <= 1:
+        if (
+            self.panic_threshold <= 1
+            or self.max_scale_up_rate <= 1
+            or self.max_scale_down_rate <= 1
+        ):
             raise ValueError("panic_threshold, max_scale_up_rate, max_scale_down_rate must be > 1")
         if not 0 <= self.min_replicas <= self.max_replicas or self.max_replicas < 1:
             raise ValueError("need 0 <= min_replicas <= max_replicas and max_replicas >= 1")
@@ -95,8 +99,11 @@ class KpaAutoscaler:
 
     @property
     def gauges(self) -> Mapping[str, float]:
-        return {"stable_concurrency": self._stable, "panic_concurrency": self._panic,
-                "panic": float(self.panicking)}
+        return {
+            "stable_concurrency": self._stable,
+            "panic_concurrency": self._panic,
+            "panic": float(self.panicking),
+        }
 
     def next_tick_at(self) -> float:
         return min(self._next_sample, self._next_decide)

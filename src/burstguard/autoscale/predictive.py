@@ -6,9 +6,10 @@ already there. This policy forecasts the arrival rate at `now + lead_time` (the 
 plus a tick) from the recent past and orders the replicas for it now. The forecast is the
 largest of three views:
 
-- trend: a least-squares line through the last `trend_window_s` of per-bin rates,
-  extrapolated by the lead time and capped at `trend_cap` x the window's peak (a line
-  through a step would otherwise promise a ramp that never comes);
+- trend: the median rate of the newer half of `trend_window_s`, moved on by its change
+  from the older half's median over the lead time, capped at `trend_cap` x the window's
+  peak (medians: a burst is not a trend; a least-squares line through a step promises a
+  ramp that never comes);
 - burst-aware: the `burst_quantile` of per-bin rates over `burst_window_s`, so a bursty
   stream keeps capacity for its bursts, not its mean (its ratio to the mean is the burst
   index);
@@ -19,12 +20,14 @@ Replicas needed = the larger of ceil(forecast / rate_per_replica) and the count 
 the queued backlog within lead time + `backlog_drain_s` (the replicas there now serve at
 once, new ones only after the lead time). No cascade: the forecast does not grow with the
 backlog, and the backlog count may not rise while any replica is starting (those replicas
-are the answer to it; ordering more before they serve is the cascade of AIBrix #2670). A decrease waits `scale_down_window_s` (highest count over the window).
+are the answer to it; ordering more before they serve is the cascade of AIBrix #2670).
+A decrease waits `scale_down_window_s` (the highest count over the window).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -55,7 +58,7 @@ class PredictiveParams:
     season_s: float | None = None
     lead_time_s: float | None = None  # None: the cold start's p90 plus one bin
     scale_down_window_s: float = 180.0  # the seed's "cooldown 2-5 min"
-    backlog_drain_s: float = 60.0
+    backlog_drain_s: float = 300.0
     arrivals_metric: str = "burstguard_arrivals_total"
     queue_metric: str = "llm_request_queue_depth"
 
@@ -93,7 +96,7 @@ def forecast_rate(rates: list[float], p: PredictiveParams, lead_time_s: float) -
         return Forecast(0.0, 0.0, 0.0, 0.0, 1.0)
     n_trend = max(2, round(p.trend_window_s / p.bin_s))
     recent = rates[-n_trend:]
-    trend = _extrapolate(recent, lead_time_s / p.bin_s)
+    trend = _robust_trend(recent, lead_time_s / p.bin_s)
     trend = max(0.0, min(trend, p.trend_cap * max(recent)))
     window = sorted(rates[-max(1, round(p.burst_window_s / p.bin_s)) :])
     burst = window[min(int(p.burst_quantile * len(window)), len(window) - 1)]
@@ -110,15 +113,17 @@ def forecast_rate(rates: list[float], p: PredictiveParams, lead_time_s: float) -
     )
 
 
-def _extrapolate(ys: list[float], steps_ahead: float) -> float:
-    """The least-squares line through ys (x = 0..n-1) evaluated at x = n-1 + steps_ahead."""
-    n = len(ys)
-    if n < 2:
+def _robust_trend(ys: list[float], steps_ahead: float) -> float:
+    """The median of the newer half, moved on by the change of medians between the halves.
+
+    Medians ignore bursts shorter than a quarter of the window, so a burst or a step reads
+    as a level change only once it has lasted; a ramp (a diurnal climb) moves both."""
+    if len(ys) < 2:
         return ys[-1]
-    mx, my = (n - 1) / 2, sum(ys) / n
-    den = sum((x - mx) ** 2 for x in range(n))
-    slope = sum((x - mx) * (y - my) for x, y in enumerate(ys)) / den
-    return my + slope * (n - 1 - mx + steps_ahead)
+    half = len(ys) // 2
+    old, new = statistics.median(ys[:half]), statistics.median(ys[-half:])
+    slope = (new - old) / half  # per bin: the halves' centres are `half` bins apart
+    return new + slope * (half / 2 + steps_ahead)
 
 
 class PredictiveAutoscaler:
@@ -153,8 +158,11 @@ class PredictiveAutoscaler:
     @property
     def gauges(self) -> Mapping[str, float]:
         f = self.forecast
-        return {"forecast_rate": f.rate, "burst_index": f.burst_index,
-                "lead_time_s": self.lead_time_s}
+        return {
+            "forecast_rate": f.rate,
+            "burst_index": f.burst_index,
+            "lead_time_s": self.lead_time_s,
+        }
 
     def next_tick_at(self) -> float:
         return self._next_tick
@@ -190,7 +198,11 @@ class PredictiveAutoscaler:
             new,
             f"predictive: forecast {f.rate:.3g}/s in {self.lead_time_s:.0f} s"
             + (f", backlog needs {self._backlog}" if self._backlog > for_rate else ""),
-            {"forecast_rate": f.rate, "burst_index": f.burst_index, "backlog_replicas": self._backlog},
+            {
+                "forecast_rate": f.rate,
+                "burst_index": f.burst_index,
+                "backlog_replicas": self._backlog,
+            },
         )
 
     def _backlog_replicas(self, queue: float, current: int) -> int:

@@ -16,6 +16,7 @@ not its change, and grows with noise (see docs/autoscaling.md).
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -62,7 +63,9 @@ class ScrapedSeries:
         self._v.append(value)
         base = self.next_scrape_at if math.isfinite(self.next_scrape_at) else now
         # the next scrape on the grid, even if this one was taken late
-        self.next_scrape_at = base + self.interval_s * (math.floor((now - base) / self.interval_s) + 1)
+        self.next_scrape_at = base + self.interval_s * (
+            math.floor((now - base) / self.interval_s) + 1
+        )
         while self._t and self._t[0] < now - self.keep_s:
             self._t.popleft()
             self._v.popleft()
@@ -142,7 +145,7 @@ class Query:
 def _extrapolated_rate(ts: list[float], vs: list[float], start: float, end: float) -> float:
     """Prometheus' rate(): counter resets handled, extrapolated to the window's edges."""
     increase = vs[-1] - vs[0]
-    for prev, cur in zip(vs, vs[1:], strict=False):
+    for prev, cur in itertools.pairwise(vs):
         if cur < prev:
             increase += prev  # a reset: the counter restarted from 0
     sampled = ts[-1] - ts[0]
