@@ -178,6 +178,13 @@ def test_rate_over_a_counter_extrapolates_like_prometheus() -> None:
     assert Query("llm_request_total", "rate", 10).evaluate(counter, 60.0) == 0.0
 
 
+def test_rate_survives_a_counter_reset() -> None:
+    """A gateway restart resets its counter: 30, 60, then 10, 40 is an increase of 70."""
+    counter = _scrape({0: 0.0, 15: 30.0, 30: 60.0, 45: 10.0, 60: 40.0})
+    # window (0, 60]: 4 samples over 45 s, extrapolated by 15 s at the start: 70 / 45
+    assert Query("llm_request_total", "rate", 60).evaluate(counter, 60.0) == pytest.approx(70 / 45)
+
+
 def test_rate_over_a_gauge_is_wrong_and_refused() -> None:
     """The seed's sum(rate(llm_request_queue_depth[1m])): a queue stuck at 1000 reads 0."""
     stuck = _scrape({t: 1000.0 for t in range(0, 121, 15)})
