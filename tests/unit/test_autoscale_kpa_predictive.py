@@ -78,28 +78,25 @@ def test_forecast_views() -> None:
 
 def test_predictive_backlog_waits_for_starting_replicas() -> None:
     """No cascade: a backlog adds replicas only when none are starting."""
-    auto = PredictiveAutoscaler(
-        _predictive(backlog_drain_s=60), initial_replicas=1, lead_time_s=100.0
-    )
+    params = _predictive(backlog_drain_s=60, scale_down_window_s=180)
+    auto = PredictiveAutoscaler(params, initial_replicas=1, lead_time_s=100.0)
     total = 0.0
 
-    def tick(t: int, queue: float, starting: int) -> int:
+    def tick(t: int, queue: float, starting: int, ready: int) -> int:
         nonlocal total
         total += 4.0 * 5  # a steady 4/s: one replica's worth
-        auto.tick(
-            float(t),
-            {"burstguard_arrivals_total": total, "llm_request_queue_depth": queue},
-            FleetCounts(starting, 1, 0),
-        )
+        signals = {"burstguard_arrivals_total": total, "llm_request_queue_depth": queue}
+        auto.tick(float(t), signals, FleetCounts(starting, ready, 0))
         return auto.desired
 
-    assert [tick(t, 0.0, 0) for t in range(0, 60, 5)][-1] == 1
-    assert [tick(t, 1000.0, 1) for t in range(60, 200, 5)] == [1] * 28  # starting: frozen
+    assert [tick(t, 0.0, 0, 1) for t in range(0, 60, 5)][-1] == 1
+    assert [tick(t, 1000.0, 1, 1) for t in range(60, 200, 5)] == [1] * 28  # starting: frozen
     # nothing starting: drain 1000 in 100 + 60 s while 4/s arrive, new replicas serving after
     # 100 s: ceil((1000 + 4 x 160 - 1 x 4 x 100) / (4 x 60)) = ceil(5.17) = 6
-    assert tick(200, 1000.0, 0) == 6
-    # with 6 there, ceil((1000 / 160 + 4) / 4) = 3 would do: held at 6 by the scale-down window
-    assert tick(205, 1000.0, 0) == 6
+    assert tick(200, 1000.0, 0, 1) == 6
+    # with 6 there, ceil((1000 / 160 + 4) / 4) = 3 would do: held at 6 for the 180 s window
+    assert [tick(t, 1000.0, 0, 6) for t in range(205, 380, 5)] == [6] * 35
+    assert tick(380, 1000.0, 0, 6) == 3
 
 
 # -- the fleet --------------------------------------------------------------------------------
