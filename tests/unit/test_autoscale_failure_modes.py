@@ -16,7 +16,7 @@ from burstguard.autoscale import DrainReplica, ScalingPolicy, count_reversals, l
 from burstguard.autoscale.hpa import ScalingRules
 from burstguard.autoscale.promql import Query
 
-MU = 4.0  # requests/s one replica serves (the presets' rate_per_replica / keda-rate target)
+MU = 32.0  # requests/s one replica serves (the presets' rate_per_replica and keda-rate target)
 SERVICE_S = 2.0  # seconds a request is in flight, for concurrency (KPA)
 
 
@@ -97,8 +97,8 @@ def predictive(**changes: object) -> ScalingPolicy:
 
 
 def bursts_every_15_min(t: int) -> float:
-    """8/s (2 replicas' worth), with a 90 s burst at 24/s (6 replicas) every 900 s from 300 s."""
-    return 24.0 if t >= 300 and (t - 300) % 900 < 90 else 8.0
+    """2 replicas' worth, with a 90 s burst of 6 replicas' worth every 900 s from 300 s."""
+    return 6 * MU if t >= 300 and (t - 300) % 900 < 90 else 2 * MU
 
 
 def test_scaling_lag_when_the_cold_start_exceeds_the_burst_and_the_fix() -> None:
@@ -112,7 +112,8 @@ def test_scaling_lag_when_the_cold_start_exceeds_the_burst_and_the_fix() -> None
     # reactive: not one replica added by the burst serves before the burst is over
     assert max(reactive.ready[burst3]) == 2
     late = reactive.queue_seconds(2100, 2400)
-    assert late > 50_000  # ~16/s short for 90 s, then drained by 2 replicas' spare nothing
+    arrivals = sum(bursts_every_15_min(t) for t in range(2100, 2400))
+    assert late / arrivals > 30  # the mean wait of those 5 minutes' arrivals: over 30 s
 
     # the fix: predict the recurring burst one cold start ahead (season = the burst period)
     fixed = run(
@@ -132,8 +133,8 @@ def test_scaling_lag_when_the_cold_start_exceeds_the_burst_and_the_fix() -> None
 
 
 def square_wave(t: int) -> float:
-    """12/s for a minute, 4/s for a minute."""
-    return 12.0 if (t // 60) % 2 == 0 else 4.0
+    """3 replicas' worth for a minute, 1 replica's worth for a minute."""
+    return 3 * MU if (t // 60) % 2 == 0 else MU
 
 
 def test_flapping_with_no_scale_down_window_and_the_fix() -> None:
@@ -155,13 +156,13 @@ def test_flapping_with_no_scale_down_window_and_the_fix() -> None:
 def test_rate_of_an_outcome_counter_never_asks_for_more_than_it_serves() -> None:
     """llm_request_total counts outcomes: under 3x overload its rate is the throughput."""
     outcomes = keda("keda-rate", query=Query("llm_request_total", "rate", 60))
-    assert max(run(outcomes, lambda t: 12.0, 1200).ready) == 1
-    assert max(run(load_policy("keda-rate"), lambda t: 12.0, 1200).ready) == 3  # arrivals
+    assert max(run(outcomes, lambda t: 3 * MU, 1200).ready) == 1
+    assert max(run(load_policy("keda-rate"), lambda t: 3 * MU, 1200).ready) == 3  # arrivals
 
 
 def on_off(t: int) -> float:
-    """2 minutes at 2/s, 2 minutes idle."""
-    return 2.0 if (t // 120) % 2 == 0 else 0.0
+    """2 minutes at half a replica's worth, 2 minutes idle."""
+    return MU / 2 if (t // 120) % 2 == 0 else 0.0
 
 
 def test_flapping_to_zero_with_cooldown_zero_and_the_fix() -> None:
@@ -175,12 +176,12 @@ def test_flapping_to_zero_with_cooldown_zero_and_the_fix() -> None:
 
 
 def step(t: int) -> float:
-    """4/s, then 8/s (2 replicas' worth) from 60 s on."""
-    return 8.0 if t >= 60 else 4.0
+    """1 replica's worth, then 2 from 60 s on."""
+    return 2 * MU if t >= 60 else MU
 
 
 def test_cascade_on_a_queue_trigger_and_the_fix() -> None:
-    need = math.ceil(8.0 / MU)
+    need = 2
     cascade = run(load_policy("keda-queue").with_overrides(cold_start_s=180), step, 900)
     assert cascade.orders_while_starting >= 2  # the queue keeps growing while they load
     assert max(r + s for r, s in zip(cascade.ready, cascade.starting, strict=True)) == 8  # max
@@ -197,8 +198,8 @@ def test_cascade_on_a_queue_trigger_and_the_fix() -> None:
 
 
 def diurnal(t: int) -> float:
-    """A compressed day: 2/s, up to 20/s at mid-run, back to 2/s (1 to 5 replicas)."""
-    return 2.0 + 18.0 * math.sin(math.pi * t / 7200) ** 2
+    """A compressed day: half a replica's worth, up to 5 at mid-run, and back."""
+    return MU * (0.5 + 4.5 * math.sin(math.pi * t / 7200) ** 2)
 
 
 def test_idle_waste_at_high_min_replicas_and_the_fix() -> None:
