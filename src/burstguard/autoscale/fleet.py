@@ -142,9 +142,6 @@ class Fleet:
             c[r.state] += 1
         return FleetCounts(c["starting"], c["ready"], c["draining"])
 
-    def ready_ids(self) -> list[int]:
-        return sorted(r.id for r in self._replicas.values() if r.state == "ready")
-
     def next_event_at(self) -> float:
         """When `advance` next has something to do (a replica ready, a drain timing out)."""
         return min((r.until for r in self._replicas.values()), default=math.inf)

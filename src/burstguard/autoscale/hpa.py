@@ -119,9 +119,9 @@ class Hpa:
     min_replicas: int
     max_replicas: int
     behavior: Behavior = DEFAULT_BEHAVIOR
-    _recommendations: list[tuple[float, int]] = field(default_factory=list)
-    _ups: list[_Event] = field(default_factory=list)
-    _downs: list[_Event] = field(default_factory=list)
+    _recommendations: list[tuple[float, int]] = field(default_factory=list, init=False)
+    _ups: list[_Event] = field(default_factory=list, init=False)
+    _downs: list[_Event] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_replicas <= self.max_replicas:
