@@ -210,3 +210,24 @@ def test_idle_waste_at_high_min_replicas_and_the_fix() -> None:
     assert fixed.replica_seconds < 0.75 * static.replica_seconds
     arrivals = sum(diurnal(t) for t in range(7200))
     assert fixed.queue_seconds() / arrivals < 0.5  # mean queue wait under half a second
+
+
+# -- KPA's panic mode answers a step within seconds; the HPA waits for its sync -----------------
+
+
+def test_kpa_preset_panics_on_a_step_before_the_hpa_syncs_and_cascades_too() -> None:
+    def triple(t: int) -> float:
+        return 3 * MU if t >= 100 else MU / 2
+
+    kpa = run(load_policy("kpa").with_overrides(cold_start_s=60), triple, 300)
+    hpa = run(load_policy("keda-rate").with_overrides(cold_start_s=60), triple, 300)
+
+    def first_order(r: Run) -> int:
+        return next(t for t in range(100, 300) if r.starting[t] > 0)
+
+    assert first_order(kpa) <= 104  # 2 s ticks over a 6 s panic window
+    assert first_order(hpa) >= 105  # a 15 s HPA sync over a 1 min rate() of 15 s scrapes
+    # 3 x MU x 2 s in flight over 64 x 70% per replica would be ceil(192 / 44.8) = 5, but
+    # queued requests count as concurrency and grow during the cold start: panic climbs on
+    assert kpa.orders_while_starting >= 2
+    assert max(kpa.ready) == 8
