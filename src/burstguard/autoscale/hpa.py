@@ -129,7 +129,7 @@ class Hpa:
 
     def normalize(self, recommended: int, current: int, now: float) -> int:
         """Stabilize `recommended`, then apply the rate policies and min/max."""
-        if not self._recommendations:  # horizontal.go maybeInitScaleDownStabilizationWindow
+        if not self._recommendations:  # horizontal.go recordInitialRecommendation
             self._recommendations.append((now, current))
         stabilized = self._stabilize(recommended, current, now)
         return self._limit(stabilized, current, now)
