@@ -133,9 +133,16 @@ def test_cooldown_period_scales_to_zero_only_after_it_has_passed() -> None:
     keda = KedaAutoscaler(_keda(cooldown_period_s=300), initial_replicas=2)
     changes = _run(keda, {0.0: 10.0, 100.0: 0.0}, until=500)
     # scrapes at 0, 15, ..., 90 see 10 and at 105 see 0; polls at 0, 30, 60, 90 are active,
-    # so the cooldown runs from 90: the first poll at or after 390 scales to zero
-    assert changes[-1] == (390.0, 0)
-    assert all(d > 0 for t, d in changes if t < 390)
+    # so the cooldown runs from 90; KEDA scales to zero once 90 + 300 is *before* now: the
+    # poll at 390 does not, the one at 420 does
+    assert changes[-1] == (420.0, 0)
+    assert all(d > 0 for t, d in changes if t < 420)
+
+
+def test_never_active_scales_to_zero_after_the_initial_cooldown() -> None:
+    assert _run(KedaAutoscaler(_keda(), initial_replicas=2), None, 100)[-1] == (30.0, 0)
+    late = KedaAutoscaler(_keda(initial_cooldown_s=60), initial_replicas=2)
+    assert _run(late, None, 100)[-1] == (90.0, 0)
 
 
 def test_cooldown_period_does_nothing_with_min_replicas_one() -> None:

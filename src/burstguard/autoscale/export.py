@@ -64,6 +64,7 @@ def _scaled_object(
     cooldown_s: float,
     behavior: Behavior,
     trigger: dict[str, Any],
+    initial_cooldown_s: float = 0.0,
 ) -> dict[str, Any]:
     return {
         "apiVersion": "keda.sh/v1alpha1",
@@ -73,6 +74,7 @@ def _scaled_object(
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": target.kind, "name": target.name},
             "pollingInterval": round(polling_s),
             "cooldownPeriod": round(cooldown_s),
+            "initialCooldownPeriod": round(initial_cooldown_s),
             "minReplicaCount": min_replicas,
             "maxReplicaCount": max_replicas,
             "advanced": {"horizontalPodAutoscalerConfig": {"behavior": _behavior(behavior)}},
@@ -101,6 +103,7 @@ def _keda(p: KedaParams, target: ExportTarget) -> dict[str, Any]:
         cooldown_s=p.cooldown_period_s,
         behavior=p.behavior,
         trigger=trigger,
+        initial_cooldown_s=p.initial_cooldown_s,
     )
 
 

@@ -9,7 +9,8 @@ Three clocks run in a real cluster and all three are modelled:
 - the KEDA operator polls every `polling_interval_s` (30 s): the trigger is *active* when
   the query exceeds `activation_threshold`; from 0 replicas an active trigger scales to
   max(minReplicaCount, 1); with minReplicaCount 0, an inactive trigger scales to 0 once
-  `cooldown_period_s` has passed since it was last active. `cooldownPeriod` does nothing
+  `cooldown_period_s` has passed since it was last active (`initial_cooldown_s` from
+  creation if it never was). `cooldownPeriod` does nothing
   else: with minReplicaCount >= 1 it has no effect at all (scale-down pacing is the HPA's
   `behavior.scaleDown.stabilizationWindowSeconds`).
 """
@@ -45,6 +46,7 @@ class KedaParams:
     activation_threshold: float = 0.0  # KEDA default
     polling_interval_s: float = 30.0  # KEDA default
     cooldown_period_s: float = 300.0  # KEDA default; to zero only
+    initial_cooldown_s: float = 0.0  # KEDA initialCooldownPeriod: zero before first active
     hpa_sync_period_s: float = 15.0  # kube-controller-manager default
     scrape_interval_s: float = 15.0  # BLIS' scrape lag; Prometheus' own default is 60 s
     behavior: Behavior = DEFAULT_BEHAVIOR
@@ -57,8 +59,8 @@ class KedaParams:
         for name in ("polling_interval_s", "hpa_sync_period_s", "scrape_interval_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
-        if self.cooldown_period_s < 0:
-            raise ValueError("cooldown_period_s must be >= 0")
+        if self.cooldown_period_s < 0 or self.initial_cooldown_s < 0:
+            raise ValueError("cooldown_period_s and initial_cooldown_s must be >= 0")
 
 
 class KedaAutoscaler:
@@ -72,7 +74,8 @@ class KedaAutoscaler:
         self._desired = initial_replicas
         self._next_sync = start
         self._next_poll = start
-        self._last_active = start  # KEDA counts the cooldown from creation until first active
+        self._created = start
+        self._last_active: float | None = None  # KEDA's status.lastActiveTime
         self._value = 0.0
         self._active = False
 
@@ -112,14 +115,18 @@ class KedaAutoscaler:
             if self._desired == 0:
                 self._desired = max(p.min_replicas, 1)
                 return "keda: activated from zero"
-        elif (
-            p.min_replicas == 0
-            and self._desired > 0
-            and now - self._last_active >= p.cooldown_period_s
-        ):
+        elif p.min_replicas == 0 and self._desired > 0 and self._cooled_down(now):
             self._desired = 0
             return "keda: cooldown over, scale to zero"
         return None
+
+    def _cooled_down(self, now: float) -> bool:
+        """scale_scaledobjects.go: lastActiveTime + cooldownPeriod is before now (strictly);
+        never active: creation + initialCooldownPeriod is."""
+        p = self.params
+        if self._last_active is None:
+            return self._created + p.initial_cooldown_s < now
+        return self._last_active + p.cooldown_period_s < now
 
     def _sync(self, now: float) -> str | None:
         """The HPA controller's loop (it leaves a target at zero alone)."""
