@@ -173,10 +173,10 @@ class Hpa:
 
     def _limit(self, desired: int, current: int, now: float) -> int:
         if desired > current:
-            limit = max(self._up_limit(current, now), current)
+            limit = max(self._rate_limit(current, now, up=True), current)
             return min(desired, limit, self.max_replicas)
         if desired < current:
-            limit = min(self._down_limit(current, now), current)
+            limit = min(self._rate_limit(current, now, up=False), current)
             return max(desired, limit, self.min_replicas)
         return desired
 
@@ -185,29 +185,20 @@ class Hpa:
         removed = sum(e.change for e in self._downs if e.time > now - period_s)
         return current - added + removed
 
-    def _up_limit(self, current: int, now: float) -> int:
-        rules = self.behavior.scale_up
+    def _rate_limit(self, current: int, now: float, *, up: bool) -> int:
+        """The furthest count the policies allow from `current` in one direction."""
+        rules = self.behavior.scale_up if up else self.behavior.scale_down
         if rules.select_policy == "Disabled":
             return current
         proposals = []
         for p in rules.policies:
             start = self._period_start(current, p.period_s, now)
             if p.type == "Pods":
-                proposals.append(start + p.value)
-            else:
+                proposals.append(start + p.value if up else start - p.value)
+            elif up:  # rounded up, or a small count could never grow
                 proposals.append(math.ceil(start * (1 + p.value / 100)))
-        return (max if rules.select_policy == "Max" else min)(proposals)
-
-    def _down_limit(self, current: int, now: float) -> int:
-        rules = self.behavior.scale_down
-        if rules.select_policy == "Disabled":
-            return current
-        proposals = []
-        for p in rules.policies:
-            start = self._period_start(current, p.period_s, now)
-            if p.type == "Pods":
-                proposals.append(start - p.value)
             else:
                 proposals.append(int(start * (1 - p.value / 100)))
-        # for a scale-down the most permissive policy gives the lowest count
-        return (min if rules.select_policy == "Max" else max)(proposals)
+        # Max: the most permissive policy (the highest count up, the lowest down); Min: least
+        permissive, strict = (max, min) if up else (min, max)
+        return (permissive if rules.select_policy == "Max" else strict)(proposals)
