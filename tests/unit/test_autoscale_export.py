@@ -121,3 +121,12 @@ def test_bad_policy_files_are_one_line_errors(tmp_path: Path) -> None:
     mixed.write_text("kind: kpa\nkeda: {query: {metric: llm_request_queue_depth}, target: 5}\n")
     with pytest.raises(UserError, match="needs exactly a `kpa:` block"):
         load_policy(mixed)
+
+
+def test_a_policy_written_back_reads_the_same(tmp_path: Path) -> None:
+    for name in PRESETS:
+        tuned = load_policy(name).with_overrides(min_replicas=2, max_replicas=5, cold_start_s=45)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(tuned.to_yaml())
+        assert load_policy(path) == tuned
+        assert load_policy(path).cold_start_model.mean_s == 45

@@ -154,7 +154,11 @@ class ScalingPolicy(BaseModel):
             self.build_fleet(initial_ready=n, seed=seed, now=start),
         )
 
-    # -- loading ----------------------------------------------------------------------
+    # -- files ------------------------------------------------------------------------
+
+    def to_yaml(self) -> str:
+        """The policy as a file `load_policy` reads back to an equal policy (for tune)."""
+        return yaml.safe_dump(self.model_dump(mode="json", exclude_none=True), sort_keys=False)
 
     @classmethod
     def from_dict(cls, data: object, source: str) -> ScalingPolicy:
