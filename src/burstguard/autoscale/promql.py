@@ -6,6 +6,10 @@ of one metric's total (the sum over its label sets); `Query` evaluates one of th
 functions below over them exactly as Prometheus does (range selectors are left-open,
 `rate()` extrapolates like Prometheus' `extrapolatedRate`), and renders the PromQL text
 that the exported ScaledObject carries, so the model and the manifest cannot disagree.
+Gauges over time are subqueries of the sum (`max_over_time(sum(m)[1m:15s])`), evaluated
+as Prometheus does: the sum's instant value at each multiple of the step. The model sums
+counters before `rate()`; Prometheus sums the per-series rates: the same unless a single
+series resets (a gateway restart), which the model cannot see inside the sum.
 
 Which function fits which metric kind is the point of this module: `rate()` is defined
 for counters only. The seed's `sum(rate(llm_request_queue_depth[1m]))` applies it to a
@@ -126,20 +130,41 @@ class Query:
     def evaluate(self, series: ScrapedSeries, now: float) -> float:
         """The query's value at `now`; no data reads as 0, as KEDA's ignoreNullValues does."""
         if self.function == "last":
-            ts, vs = series.window(now - LOOKBACK_S, now)
-            return vs[-1] if vs else 0.0
-        ts, vs = series.window(now - self.window_s, now)
+            return _instant(series, now) or 0.0
+        if self.function == "rate":  # over the raw samples of the counter
+            ts, vs = series.window(now - self.window_s, now)
+            return _extrapolated_rate(ts, vs, now - self.window_s, now) if len(vs) > 1 else 0.0
+        ts, vs = _subquery(series, now - self.window_s, now)
         if not vs:
             return 0.0
         if self.function == "max_over_time":
             return max(vs)
         if self.function == "avg_over_time":
             return sum(vs) / len(vs)
-        if len(vs) < 2:
-            return 0.0  # rate() and deriv() need two samples in the window
-        if self.function == "rate":
-            return _extrapolated_rate(ts, vs, now - self.window_s, now)
-        return _slope(ts, vs)
+        return _slope(ts, vs) if len(vs) > 1 else 0.0  # deriv() needs two points
+
+
+def _instant(series: ScrapedSeries, at: float) -> float | None:
+    """An instant vector at `at`: the newest sample within the lookback, if any."""
+    _, vs = series.window(at - LOOKBACK_S, at)
+    return vs[-1] if vs else None
+
+
+def _subquery(
+    series: ScrapedSeries, start_excl: float, end: float
+) -> tuple[list[float], list[float]]:
+    """`sum(...)[w:step]`: the instant value at each multiple of the step in the range (a
+    series that stopped being scraped keeps its last value for the lookback)."""
+    step = series.interval_s
+    ts, vs = [], []
+    t = (math.floor(start_excl / step) + 1) * step
+    while t <= end:
+        v = _instant(series, t)
+        if v is not None:
+            ts.append(t)
+            vs.append(v)
+        t += step
+    return ts, vs
 
 
 def _extrapolated_rate(ts: list[float], vs: list[float], start: float, end: float) -> float:
