@@ -36,8 +36,9 @@ QUERIES = [
     Query("burstguard_arrivals_total", "rate", 60),
     Query("burstguard_arrivals_total", "rate", 120),
     Query("llm_request_total", "rate", 300),
+    Query("fresh_total", "rate", 60, kind="counter"),  # one series from 0: to-zero clamp
 ]
-EVAL_AT = (180, 187, 255, 300, 420, 470)  # 470: after the last sample (435)
+EVAL_AT = (180, 187, 210, 255, 300, 420, 470)  # 470: after the last sample (435)
 
 
 def series(rng: random.Random, n: int) -> dict[str, dict[str, list[float]]]:
@@ -54,6 +55,7 @@ def series(rng: random.Random, n: int) -> dict[str, dict[str, list[float]]]:
                     total += rng.randint(0, 300)
                     values.append(total)
                 out[metric][cls] = values
+    out["fresh_total"] = {"interactive": [0.0] * 12 + [40.0 * k for k in range(1, n - 11)]}
     return out
 
 
@@ -73,7 +75,7 @@ def test_model_queries_match_prometheus(tmp_path: Path) -> None:
     for q in QUERIES:
         scraped = ScrapedSeries(STEP)
         for i in range(n):
-            scraped.offer(i * STEP, sum(data[q.metric][c][i] for c in CLASSES))
+            scraped.offer(i * STEP, sum(v[i] for v in data[q.metric].values()))
         for t in EVAL_AT:
             expr = q.promql(STEP)
             model = replace(q, window_s=q.window_s + widen) if q.function != "last" else q
