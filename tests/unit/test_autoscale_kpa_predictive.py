@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -132,6 +133,15 @@ def test_scale_down_cancels_starting_replicas_first() -> None:
     fleet = Fleet(ColdStartModel.fixed(60.0), initial_ready=2)
     fleet.scale_to(4, now=0.0)
     assert [type(e) for e in fleet.scale_to(2, now=10.0)] == [StopReplica, StopReplica]
+    assert fleet.counts() == FleetCounts(0, 2, 0)
+
+
+def test_live_fleet_waits_for_the_health_check() -> None:
+    fleet = Fleet(ColdStartModel.fixed(60.0), initial_ready=1, auto_ready=False)
+    (start,) = fleet.scale_to(2, now=0.0)
+    assert isinstance(start, StartReplica)
+    assert fleet.next_event_at() == math.inf and fleet.advance(120.0) == []
+    assert fleet.mark_ready(start.replica_id, now=130.0) == [ReplicaReady(start.replica_id)]
     assert fleet.counts() == FleetCounts(0, 2, 0)
 
 

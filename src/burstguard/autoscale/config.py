@@ -135,13 +135,16 @@ class ScalingPolicy(BaseModel):
             return p.lead_time_s
         return self.cold_start_model.quantile(0.9) + p.bin_s
 
-    def build_fleet(self, *, initial_ready: int, seed: int = 0, now: float = 0.0) -> Fleet:
+    def build_fleet(
+        self, *, initial_ready: int, seed: int = 0, now: float = 0.0, auto_ready: bool = True
+    ) -> Fleet:
         return Fleet(
             self.cold_start_model,
             initial_ready=initial_ready,
             drain_timeout_s=self.drain_timeout_s,
             seed=seed,
             now=now,
+            auto_ready=auto_ready,
         )
 
     def build_controller(

@@ -114,11 +114,15 @@ class Fleet:
         drain_timeout_s: float = 30.0,
         seed: int = 0,
         now: float = 0.0,
+        auto_ready: bool = True,
     ) -> None:
+        """`auto_ready` False: only `mark_ready` (a real health check) makes a replica
+        ready; the modelled `ready_at` is then only a prediction."""
         if initial_ready < 0 or drain_timeout_s < 0:
             raise ValueError("initial_ready and drain_timeout_s must be >= 0")
         self.cold_start = cold_start
         self.drain_timeout_s = drain_timeout_s
+        self.auto_ready = auto_ready
         self._rng = random.Random(seed)
         self._replicas: dict[int, _Replica] = {}
         self._next_id = 0
@@ -144,7 +148,11 @@ class Fleet:
 
     def next_event_at(self) -> float:
         """When `advance` next has something to do (a replica ready, a drain timing out)."""
-        return min((r.until for r in self._replicas.values()), default=math.inf)
+        return min((r.until for r in self._pending()), default=math.inf)
+
+    def _pending(self) -> list[_Replica]:
+        """Replicas `advance` acts on at their `until`."""
+        return [r for r in self._replicas.values() if self.auto_ready or r.state == "draining"]
 
     def replica_seconds(self, now: float) -> float:
         """Replica-seconds so far: every replica costs from its order until it stops."""
@@ -183,7 +191,7 @@ class Fleet:
     def advance(self, now: float) -> list[FleetEffect]:
         """Replicas whose cold start ended become ready; drains past their grace stop."""
         effects: list[FleetEffect] = []
-        for r in sorted(self._replicas.values(), key=lambda r: (r.until, r.id)):
+        for r in sorted(self._pending(), key=lambda r: (r.until, r.id)):
             if r.until > now:
                 break
             if r.state == "starting":
