@@ -148,13 +148,18 @@ class ScalingPolicy(BaseModel):
         )
 
     def build_controller(
-        self, *, initial_replicas: int | None = None, seed: int = 0, start: float = 0.0
+        self,
+        *,
+        initial_replicas: int | None = None,
+        seed: int = 0,
+        start: float = 0.0,
+        auto_ready: bool = True,
     ) -> ScalingController:
         """Policy + fleet, starting with `initial_replicas` ready (default: min_replicas)."""
         n = self.min_replicas if initial_replicas is None else initial_replicas
         return ScalingController(
             self.build_autoscaler(initial_replicas=n, start=start),
-            self.build_fleet(initial_ready=n, seed=seed, now=start),
+            self.build_fleet(initial_ready=n, seed=seed, now=start, auto_ready=auto_ready),
         )
 
     # -- files ------------------------------------------------------------------------
