@@ -123,6 +123,17 @@ def test_bad_policy_files_are_one_line_errors(tmp_path: Path) -> None:
         load_policy(mixed)
 
 
+def test_show_prints_a_file_that_loads(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from burstguard.cli import app
+
+    result = CliRunner().invoke(app, ["scaling", "show", "kpa"])
+    assert result.exit_code == 0
+    (tmp_path / "kpa.yaml").write_text(result.output)
+    assert load_policy(tmp_path / "kpa.yaml") == load_policy("kpa")
+
+
 def test_a_policy_written_back_reads_the_same(tmp_path: Path) -> None:
     for name in PRESETS:
         tuned = load_policy(name).with_overrides(min_replicas=2, max_replicas=5, cold_start_s=45)

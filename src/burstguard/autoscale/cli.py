@@ -1,4 +1,4 @@
-"""CLI: `burstguard scaling` — list the built-in policies, export one to Kubernetes."""
+"""CLI: `burstguard scaling` — list the built-in policies, show one, export one to Kubernetes."""
 
 from __future__ import annotations
 
@@ -25,6 +25,14 @@ def presets_cmd() -> None:
 
     for name in PRESETS:
         print(f"{name:12s} {load_policy(name).description}")
+
+
+@scaling_app.command("show")
+def show_cmd(policy: Annotated[str, typer.Argument(help=_POLICY_HELP)]) -> None:
+    """Print POLICY with every field and default: a starting point for your own file."""
+    from burstguard.autoscale.config import load_policy
+
+    print(load_policy(policy).to_yaml(), end="")
 
 
 @scaling_app.command("export")
@@ -70,5 +78,5 @@ def export_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    """Adds `scaling` (presets, export)."""
+    """Adds `scaling` (presets, show, export)."""
     app.add_typer(scaling_app, name="scaling")
