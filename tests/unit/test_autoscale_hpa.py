@@ -109,6 +109,7 @@ def _keda(**kw: object) -> KedaParams:
         "min_replicas": 0,
         "max_replicas": 10,
         "behavior": Behavior(scale_down=NO_STABILIZATION),
+        "scrape_offset_s": 0.0,  # scrapes at the syncs: hand-computable
     }
     return KedaParams(**(base | kw))  # type: ignore[arg-type]
 
@@ -160,6 +161,15 @@ def test_activation_from_zero_and_activation_threshold() -> None:
     assert changes[0] == (510.0, 1)  # scrape at 510 sees 3 > 0; the poll at 510 activates
     guarded = KedaAutoscaler(_keda(activation_threshold=5.0), initial_replicas=0)
     assert _run(guarded, {0.0: 0.0, 500.0: 3.0}, until=600) == []  # 3 <= 5: stays at zero
+
+
+def test_scrape_lag_delays_what_the_hpa_sees() -> None:
+    """Default phase: scrapes at 7.5, 22.5, ... s, so the sync at 15 s reads the 7.5 s
+    sample and a jump at 10 s is seen at the 30 s sync."""
+    lagged = KedaAutoscaler(_keda(min_replicas=1, scrape_offset_s=None), initial_replicas=1)
+    assert _run(lagged, {0.0: 5.0, 10.0: 50.0}, until=40)[0] == (30.0, 5)  # +4 pods: 1 -> 5
+    prompt = KedaAutoscaler(_keda(min_replicas=1), initial_replicas=1)
+    assert _run(prompt, {0.0: 5.0, 10.0: 50.0}, until=40)[0] == (15.0, 5)
 
 
 def test_keda_scale_up_follows_hpa_policies_and_max() -> None:

@@ -2,7 +2,9 @@
 
 Three clocks run in a real cluster and all three are modelled:
 
-- Prometheus scrapes the gateway every `scrape_interval_s` (queries see only samples);
+- Prometheus scrapes the gateway every `scrape_interval_s`, `scrape_offset_s` after the
+  HPA's first sync (two unsynchronized loops: half an interval by default), and queries
+  see only samples, so the HPA reads values up to a scrape interval old (the scrape lag);
 - the HPA syncs every `hpa_sync_period_s` (15 s): KEDA's metrics server runs the query
   then, and the HPA computes replicas with its tolerance, behavior and min/max
   (`burstguard.autoscale.hpa`), with `minReplicas` = max(minReplicaCount, 1);
@@ -49,6 +51,7 @@ class KedaParams:
     initial_cooldown_s: float = 0.0  # KEDA initialCooldownPeriod: zero before first active
     hpa_sync_period_s: float = 15.0  # kube-controller-manager default
     scrape_interval_s: float = 15.0  # BLIS' scrape lag; Prometheus' own default is 60 s
+    scrape_offset_s: float | None = None  # scrapes' phase after the HPA's; None: half
     behavior: Behavior = DEFAULT_BEHAVIOR
 
     def __post_init__(self) -> None:
@@ -59,6 +62,11 @@ class KedaParams:
         for name in ("polling_interval_s", "hpa_sync_period_s", "scrape_interval_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
+        if (
+            self.scrape_offset_s is not None
+            and not 0 <= self.scrape_offset_s < self.scrape_interval_s
+        ):
+            raise ValueError("scrape_offset_s must be within [0, scrape_interval_s)")
         if self.cooldown_period_s < 0 or self.initial_cooldown_s < 0:
             raise ValueError("cooldown_period_s and initial_cooldown_s must be >= 0")
 
@@ -69,7 +77,8 @@ class KedaAutoscaler:
     def __init__(self, params: KedaParams, *, initial_replicas: int, start: float = 0.0) -> None:
         self.params = params
         p = params
-        self._series = ScrapedSeries(p.scrape_interval_s)
+        offset = p.scrape_interval_s / 2 if p.scrape_offset_s is None else p.scrape_offset_s
+        self._series = ScrapedSeries(p.scrape_interval_s, first_at=start + offset)
         self._hpa = Hpa(max(p.min_replicas, 1), p.max_replicas, p.behavior)
         self._desired = initial_replicas
         self._next_sync = start

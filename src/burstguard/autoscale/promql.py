@@ -52,10 +52,12 @@ METRIC_KINDS: dict[str, MetricKind] = {
 class ScrapedSeries:
     """Samples of one metric taken every `interval_s` (Prometheus' scrape), kept `keep_s`."""
 
-    def __init__(self, interval_s: float, keep_s: float = 3600.0) -> None:
+    def __init__(
+        self, interval_s: float, keep_s: float = 3600.0, first_at: float = -math.inf
+    ) -> None:
         self.interval_s = interval_s
         self.keep_s = keep_s
-        self.next_scrape_at = -math.inf
+        self.next_scrape_at = first_at  # -inf: the first offer scrapes
         self._t: deque[float] = deque()
         self._v: deque[float] = deque()
 
