@@ -92,10 +92,11 @@ def test_predictive_backlog_waits_for_starting_replicas() -> None:
 
     assert [tick(t, 0.0, 0, 1) for t in range(0, 60, 5)][-1] == 1
     assert [tick(t, 1000.0, 1, 1) for t in range(60, 200, 5)] == [1] * 28  # starting: frozen
-    # nothing starting: drain 1000 in 100 + 60 s while 4/s arrive, new replicas serving after
-    # 100 s: ceil((1000 + 4 x 160 - 1 x 4 x 100) / (4 x 60)) = ceil(5.17) = 6
+    # nothing starting: 1 replica would need ceil((1000 / 160 + 4) / 4) = 3 to drain 1000 in
+    # 100 + 60 s; new ones serve after 100 s, when one replica that just keeps up with 4/s
+    # still has 1000 queued: ceil((1000 / 60 + 4) / 4) = ceil(5.17) = 6
     assert tick(200, 1000.0, 0, 1) == 6
-    # with 6 there, ceil((1000 / 160 + 4) / 4) = 3 would do: held at 6 for the 180 s window
+    # with 6 there, 3 would do: the 180 s scale-down window holds 6 until it has passed
     assert [tick(t, 1000.0, 0, 6) for t in range(205, 380, 5)] == [6] * 35
     assert tick(380, 1000.0, 0, 6) == 3
 

@@ -16,10 +16,11 @@ largest of three views:
 - seasonal (when `season_s` is set, e.g. 86400 for a diurnal cycle): the peak rate seen
   one season ago over the coming lead time.
 
-Replicas needed = the larger of ceil(forecast / rate_per_replica) and the count that drains
-the queued backlog within lead time + `backlog_drain_s` (the replicas there now serve at
-once, new ones only after the lead time). No cascade: the forecast does not grow with the
-backlog, and the backlog count may not rise while any replica is starting (those replicas
+Replicas needed = the larger of ceil(forecast / rate_per_replica) and the count that keeps
+up with the forecast and drains the queue: within lead time + `backlog_drain_s` if the
+replicas there now suffice, else (new ones serve only after the lead time) within
+`backlog_drain_s` what will be queued by then. No cascade: the forecast does not grow
+with the backlog, and the backlog count may not rise while any replica is starting (those replicas
 are the answer to it; ordering more before they serve is the cascade of AIBrix #2670).
 A decrease waits `scale_down_window_s` (the highest count over the window).
 """
@@ -206,12 +207,16 @@ class PredictiveAutoscaler:
         )
 
     def _backlog_replicas(self, queue: float, current: int) -> int:
-        """Replicas that drain `queue` within lead time + backlog_drain_s while keeping up
-        with the forecast, when the `current` ones serve now and new ones after the lead."""
+        """Replicas that keep up with the forecast and drain the queue: within lead time +
+        backlog_drain_s if the `current` ones suffice; else, as new ones serve only after
+        the lead time, within backlog_drain_s what is queued by then (the queue now plus
+        what the current ones fall behind today's rate meanwhile)."""
         p = self.params
         mu, lam = p.rate_per_replica, self.forecast.rate
         lead, drain = self.lead_time_s, p.backlog_drain_s
         keep_up = math.ceil((queue / (lead + drain) + lam) / mu - 1e-9)
         if keep_up <= current:
             return keep_up
-        return math.ceil((queue + lam * (lead + drain) - current * mu * lead) / (mu * drain) - 1e-9)
+        rate_now = self._rates[-1] if self._rates else 0.0
+        queued_then = max(queue + (rate_now - current * mu) * lead, 0.0)
+        return math.ceil((queued_then / drain + lam) / mu - 1e-9)
