@@ -33,7 +33,7 @@ candidates, to the first backend on its key's hash-ring walk within the bounded 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from burstguard.gateway.fleet.affinity import HashRing, affinity_key, bounded_capacity
@@ -81,6 +81,16 @@ def score(b: BackendView, req: RouteRequest, cfg: RouterConfig) -> float:
     return work / max(1.0 - (b.kv_usage or 0.0), cfg.kv_floor)
 
 
+def _least(
+    backends: list[BackendView], key: Callable[[BackendView], tuple[float, ...]], turn: int
+) -> str:
+    """The backend with the lowest key; equal ones take turns."""
+    keys = [key(b) for b in backends]
+    best = min(keys)
+    tied = [b for b, k in zip(backends, keys, strict=True) if k == best]
+    return tied[turn % len(tied)].url
+
+
 class Router:
     """Picks a backend for each released request; keeps only a turn counter and a ring."""
 
@@ -98,19 +108,17 @@ class Router:
             return None
         turn = self._turn
         self._turn += 1
-        k = turn % len(room)
-        rotated = room[k:] + room[:k]
         policy = self.cfg.policy
         if policy == "round_robin":
-            return rotated[0].url
+            return room[turn % len(room)].url
         if policy == "least_request":
-            return min(rotated, key=lambda b: b.in_flight).url
-        pool = [b for b in rotated if not is_saturated(b, self.cfg)] or rotated
+            return _least(room, lambda b: (b.in_flight,), turn)
+        pool = [b for b in room if not is_saturated(b, self.cfg)] or room
         if self.cfg.affinity:
             placed = self._by_affinity(req, pool, [b.url for b in backends])
             if placed is not None:
                 return placed
-        return min(pool, key=lambda b: (score(b, req, self.cfg), b.in_flight)).url
+        return _least(pool, lambda b: (score(b, req, self.cfg), b.in_flight), turn)
 
     def _by_affinity(
         self, req: RouteRequest, pool: list[BackendView], members: list[str]
