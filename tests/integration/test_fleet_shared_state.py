@@ -1,0 +1,200 @@
+"""Limits shared by gateway replicas through a real redis-server (started on a free port):
+the lease bound across 3 gateways, TTL expiry, degraded mode and rejoin, aggregates."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from burstguard.errors import UserError
+from burstguard.gateway.fleet.config import FleetConfig, RedisConfig
+from burstguard.gateway.fleet.shared_state import SharedState, local_cap
+from burstguard.procs import free_port
+
+BACKEND = "http://10.0.0.1:8000"
+
+
+class RedisServer:
+    """A throwaway redis-server on 127.0.0.1 (no persistence) that tests kill and restart."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                "--save", "", "--appendonly", "no", "--dir", str(self.workdir)]  # fmt: skip
+        log = (self.workdir / "redis.log").open("ab")
+        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        client = redis.Redis(port=self.port, socket_timeout=0.5, socket_connect_timeout=0.5)
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.ConnectionError:
+                assert self.proc.poll() is None, "redis-server exited"
+                assert time.monotonic() < deadline, "redis-server did not answer in 10 s"
+                time.sleep(0.02)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(5)
+        self.proc = None
+
+    def count(self, backend: str) -> int:
+        c = redis.Redis(port=self.port)
+        return int(c.zcard(f"burstguard:leases:{backend}"))
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    if shutil.which("redis-server") is None:
+        if os.environ.get("CI"):
+            pytest.fail("redis-server is not installed (make system-deps)")
+        pytest.skip("redis-server is not installed: run `make system-deps` as root")
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def _gateways(url: str, n: int = 3, **kw: object) -> list[SharedState]:
+    cfg = RedisConfig(url=url, replicas=n, **kw)  # type: ignore[arg-type]
+    return [SharedState(cfg, f"gw{i}") for i in range(n)]
+
+
+async def _close(states: list[SharedState]) -> None:
+    for s in states:
+        await s.close()
+
+
+async def test_three_gateways_never_hold_more_than_the_cap(redis_server: RedisServer) -> None:
+    gws = _gateways(redis_server.url)
+    held = peak = 0
+    refused = 0
+    rng = random.Random(7)
+
+    async def one(gw: SharedState, rid: str) -> None:
+        nonlocal held, peak, refused
+        deadline = time.monotonic() + 20
+        while not await gw.acquire(BACKEND, rid, 8):
+            refused += 1
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.002)
+        held += 1
+        peak = max(peak, held)
+        await asyncio.sleep(rng.uniform(0.005, 0.02))
+        held -= 1
+        await gw.release(BACKEND, rid)
+
+    try:
+        await asyncio.gather(*(one(gw, f"r{i}") for gw in gws for i in range(40)))
+    finally:
+        await _close(gws)
+    assert peak == 8  # the cap was reached, never passed
+    assert refused > 0
+    assert redis_server.count(BACKEND) == 0  # every lease was released
+
+
+async def test_a_dead_gateways_leases_expire_a_live_ones_are_renewed(
+    redis_server: RedisServer,
+) -> None:
+    dead, live, other = _gateways(redis_server.url, lease_ttl_s=0.5, sync_interval_s=0.1)
+    try:
+        for i in range(4):
+            assert await dead.acquire(BACKEND, f"d{i}", 8)
+            assert await live.acquire(BACKEND, f"l{i}", 8)
+        assert not await other.acquire(BACKEND, "o0", 8)
+        await dead.close()  # dies: no release, no renewal
+        start = time.monotonic()
+        while time.monotonic() - start < 1.0:  # past two TTLs, `live` keeps renewing
+            result = await live.sync(queue_depth=0, arrival_rate=0.0, backends=(BACKEND,))
+            await asyncio.sleep(0.1)
+        assert result.leases[BACKEND] == 4  # only the live gateway's leases are left
+        assert [await other.acquire(BACKEND, f"o{i}", 8) for i in range(5)] == [True] * 4 + [False]
+    finally:
+        await _close([live, other])
+
+
+async def test_redis_killed_serves_degraded_then_rejoins(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    gw1, gw2, _ = gws = _gateways(redis_server.url, rejoin_interval_s=0.2)
+    try:
+        assert await gw1.acquire(BACKEND, "a", 8)
+        redis_server.kill()
+        # degraded: a local cap of 8 // 3 = 2 per gateway, leases held before still count
+        assert [await gw2.acquire(BACKEND, f"b{i}", 8) for i in range(3)] == [True, True, False]
+        assert gw2.degraded and gw2.errors >= 1
+        assert "serving on local caps" in caplog.text
+        assert await gw1.acquire(BACKEND, "a2", 8) and not await gw1.acquire(BACKEND, "a3", 8)
+        await gw1.release(BACKEND, "a")  # while degraded: remembered, dropped on rejoin
+        assert (await gw1.sync(0, 0.0, (BACKEND,))).degraded
+        redis_server.start()  # empty: no persistence
+        await asyncio.sleep(0.25)
+        r1 = await gw1.sync(1, 2.0, (BACKEND,))
+        r2 = await gw2.sync(3, 4.0, (BACKEND,))
+        assert not r1.degraded and not r2.degraded and gw2.rejoins == 1
+        assert redis_server.count(BACKEND) == 3  # a2, b0, b1 re-registered
+        assert r2.aggregate is not None
+        assert (r2.aggregate.gateways, r2.aggregate.queue_depth) == (2, 4)
+        assert r2.aggregate.arrival_rate == pytest.approx(6.0)
+        # shared again: 5 more fit under the cap of 8, not more
+        assert [await gws[2].acquire(BACKEND, f"c{i}", 8) for i in range(6)] == [True] * 5 + [False]
+    finally:
+        await _close(gws)
+
+
+async def test_tenant_usage_is_summed_over_gateways(redis_server: RedisServer) -> None:
+    gw1, gw2 = gws = _gateways(redis_server.url, n=2)
+    try:
+        gw1.charge_tenant("acme", 100)
+        gw2.charge_tenant("acme", 50)
+        gw2.charge_tenant("zeta", 7)
+        await gw1.sync(0, 0.0)
+        usage = (await gw2.sync(0, 0.0)).tenant_usage
+        assert usage == {"acme": 150.0, "zeta": 7.0}
+    finally:
+        await _close(gws)
+
+
+async def test_unreachable_redis_at_start_degrades_or_names_the_field(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    state = SharedState(RedisConfig(url=url, replicas=4), "gw")
+    try:
+        assert not await state.connect()
+        assert state.degraded and "Redis unreachable" in caplog.text
+        assert [await state.acquire(BACKEND, f"r{i}", 8) for i in range(3)] == [True, True, False]
+    finally:
+        await state.close()
+    strict = SharedState(RedisConfig(url=url, required=True), "gw")
+    try:
+        with pytest.raises(UserError, match=r"fleet\.redis\.url: cannot reach Redis"):
+            await strict.connect()
+    finally:
+        await strict.close()
+    with pytest.raises(ValueError, match=r"redis\.url[\s\S]*expected redis://"):
+        FleetConfig.model_validate({"redis": {"url": "http://localhost:6379"}})
+    assert local_cap(8, 3) == 2 and local_cap(2, 3) == 1
+
