@@ -64,6 +64,15 @@ def test_least_request_prefers_fewest_in_flight_and_rotates_ties() -> None:
     assert set(picks) == {"b", "c"} and picks["b"] == picks["c"] == 5
 
 
+def test_score_counts_own_tokens_not_requests() -> None:
+    """One long request outweighs two short ones; least-request sees it the other way."""
+    long_one = BackendView("long", 1, 10_000)
+    two_short = BackendView("short", 2, 200)
+    assert Router(RouterConfig()).pick(RouteRequest(100), [long_one, two_short]) == "short"
+    least = Router(RouterConfig(policy="least_request"))
+    assert least.pick(RouteRequest(100), [long_one, two_short]) == "long"
+
+
 def test_full_backends_are_skipped_and_none_when_all_full() -> None:
     router = Router(RouterConfig())
     views = [BackendView("a", 2, 10, cap=2), BackendView("b", 5, 999, cap=8)]
