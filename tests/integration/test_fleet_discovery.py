@@ -90,3 +90,33 @@ def test_duplicate_and_bad_backends_name_the_field() -> None:
     with pytest.raises(UserError, match=r"f\.txt:3: .* same backend as line 1"):
         parse_backend_file("http://x:1\n\nhttp://x:1/\n", "f.txt")
     assert check_backend_urls(["http://[::1]:8000/v1/"], "backends") == ("http://[::1]:8000/v1",)
+
+
+async def test_dns_is_re_resolved_and_a_failure_keeps_the_last_list() -> None:
+    """The polling loop with a scripted resolver (the real resolver is tested above): a
+    pod set that changes is followed, a lookup that fails drains nothing."""
+    answers: list[tuple[str, ...] | OSError] = [
+        ("http://10.0.0.1:80", "http://10.0.0.2:80"),
+        ("http://10.0.0.2:80", "http://10.0.0.3:80"),
+        OSError("temporary failure in name resolution"),
+    ]
+
+    async def resolver(_: DnsDiscovery) -> tuple[str, ...]:
+        answer = answers[0] if len(answers) == 1 else answers.pop(0)
+        if isinstance(answer, OSError):
+            raise answer
+        return answer
+
+    seen: list[tuple[str, ...]] = []
+    cfg = DiscoveryConfig(dns=DnsDiscovery(name="engines.svc", port=80, interval_s=0.02))
+    disc = Discovery([], cfg, seen.append, resolver=resolver)
+    try:
+        await disc.start()
+        await _until(lambda: disc.errors >= 2)
+    finally:
+        await disc.stop()
+    assert seen == [
+        ("http://10.0.0.1:80", "http://10.0.0.2:80"),
+        ("http://10.0.0.2:80", "http://10.0.0.3:80"),
+    ]
+    assert disc.urls == seen[-1] and "engines.svc" in (disc.last_error or "")

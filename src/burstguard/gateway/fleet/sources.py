@@ -91,8 +91,11 @@ class Discovery:
         static: Iterable[str],
         cfg: DiscoveryConfig,
         on_change: Callable[[tuple[str, ...]], None],
+        *,
+        resolver: Callable[[DnsDiscovery], Awaitable[tuple[str, ...]]] = resolve_dns,
     ) -> None:
         self._cfg = cfg
+        self._resolve = resolver
         self._on_change = on_change
         self._lists: dict[str, tuple[str, ...]] = {"static": tuple(static)}
         self._merged: tuple[str, ...] = ()
@@ -111,7 +114,7 @@ class Discovery:
         dns, file = self._cfg.dns, self._cfg.file
         if dns is not None:
             try:
-                self._lists["dns"] = await resolve_dns(dns)
+                self._lists["dns"] = await self._resolve(dns)
             except OSError as exc:
                 raise UserError(f"{DNS_FIELD}: {dns.name!r} does not resolve ({exc})") from exc
             self._tasks.append(asyncio.create_task(self._poll(dns.interval_s, self.refresh_dns)))
@@ -128,7 +131,7 @@ class Discovery:
     async def refresh_dns(self) -> None:
         assert self._cfg.dns is not None
         try:
-            self._lists["dns"] = await resolve_dns(self._cfg.dns)
+            self._lists["dns"] = await self._resolve(self._cfg.dns)
         except OSError as exc:
             self._error(f"{DNS_FIELD}: {self._cfg.dns.name!r}: {exc}; keeping the last list")
             return
