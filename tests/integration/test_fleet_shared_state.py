@@ -7,60 +7,23 @@ import asyncio
 import os
 import random
 import shutil
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from burstguard.errors import UserError
 from burstguard.gateway.fleet.config import FleetConfig, RedisConfig
 from burstguard.gateway.fleet.shared_state import SharedState, local_cap
 from burstguard.procs import free_port
+from burstguard.redis_server import RedisServer
 
 BACKEND = "http://10.0.0.1:8000"
 
 
-class RedisServer:
-    """A throwaway redis-server on 127.0.0.1 (no persistence) that tests kill and restart."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.workdir = workdir
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                "--save", "", "--appendonly", "no", "--dir", str(self.workdir)]  # fmt: skip
-        log = (self.workdir / "redis.log").open("ab")
-        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        client = redis.Redis(port=self.port, socket_timeout=0.5, socket_connect_timeout=0.5)
-        while True:
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                assert self.proc.poll() is None, "redis-server exited"
-                assert time.monotonic() < deadline, "redis-server did not answer in 10 s"
-                time.sleep(0.02)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(5)
-        self.proc = None
-
-    def count(self, backend: str) -> int:
-        c = redis.Redis(port=self.port)
-        return int(c.zcard(f"burstguard:leases:{backend}"))
+def _lease_count(server: RedisServer, backend: str) -> int:
+    return int(server.client().zcard(f"burstguard:leases:{backend}"))
 
 
 @pytest.fixture
@@ -69,12 +32,8 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         if os.environ.get("CI"):
             pytest.fail("redis-server is not installed (make system-deps)")
         pytest.skip("redis-server is not installed: run `make system-deps` as root")
-    server = RedisServer(tmp_path)
-    server.start()
-    try:
+    with RedisServer(tmp_path) as server:
         yield server
-    finally:
-        server.kill()
 
 
 def _gateways(url: str, n: int = 3, **kw: object) -> list[SharedState]:
@@ -112,7 +71,7 @@ async def test_three_gateways_never_hold_more_than_the_cap(redis_server: RedisSe
         await _close(gws)
     assert peak == 8  # the cap was reached, never passed
     assert refused > 0
-    assert redis_server.count(BACKEND) == 0  # every lease was released
+    assert _lease_count(redis_server, BACKEND) == 0  # every lease was released
 
 
 async def test_a_dead_gateways_leases_expire_a_live_ones_are_renewed(
@@ -154,7 +113,7 @@ async def test_redis_killed_serves_degraded_then_rejoins(
         r1 = await gw1.sync(1, 2.0, (BACKEND,))
         r2 = await gw2.sync(3, 4.0, (BACKEND,))
         assert not r1.degraded and not r2.degraded and gw2.rejoins == 1
-        assert redis_server.count(BACKEND) == 3  # a2, b0, b1 re-registered
+        assert _lease_count(redis_server, BACKEND) == 3  # a2, b0, b1 re-registered
         assert r2.aggregate is not None
         assert (r2.aggregate.gateways, r2.aggregate.queue_depth) == (2, 4)
         assert r2.aggregate.arrival_rate == pytest.approx(6.0)
@@ -197,4 +156,3 @@ async def test_unreachable_redis_at_start_degrades_or_names_the_field(
     with pytest.raises(ValueError, match=r"redis\.url[\s\S]*expected redis://"):
         FleetConfig.model_validate({"redis": {"url": "http://localhost:6379"}})
     assert local_cap(8, 3) == 2 and local_cap(2, 3) == 1
-
