@@ -113,3 +113,14 @@ def test_stale_metrics_steer_routing_and_age_is_reported() -> None:
     ages = {s.url: s.metrics_age_s for s in fleet.stats(3.0)}
     assert ages[A] == pytest.approx(3.0) and ages[B] == pytest.approx(0.1)
     assert all(fleet.route(f"r{i}", REQ, 3.0) == B for i in range(3))
+
+
+def test_a_draining_backend_that_fails_its_last_request_is_forgotten() -> None:
+    fleet = Fleet(FleetConfig(), [A, B])
+    fleet.route("r1", REQ, 0.0)
+    fleet.route("r2", REQ, 0.0)
+    on_a = "r1" if fleet.backend_of("r1") == A else "r2"
+    fleet.set_backends([B], 0.5)
+    answer = fleet.on_failure(on_a, "reset", 0.6)
+    assert answer.outcome == "failover" and answer.backend == B and answer.removed == A
+    assert fleet.backends == (B,)

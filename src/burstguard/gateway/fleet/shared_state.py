@@ -223,6 +223,7 @@ class SharedState:
     async def _try_rejoin(self) -> bool:
         if self._clock() < self._retry_at:
             return False
+        self._retry_at = self._clock() + self.cfg.rejoin_interval_s  # one try at a time
         try:
             await self._redis.ping()
             await self._reregister()
