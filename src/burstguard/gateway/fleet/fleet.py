@@ -42,8 +42,9 @@ class Failover:
     resent: after its first token, without resume), `budget` (the retry budget is spent),
     `no_backend` (no other routable backend), `no_room` (others exist but are at their
     caps: the core may queue it again at the front instead of failing it). Without a
-    failover the request is over for the fleet (`on_done` is then a no-op); `removed`
-    names the failed backend if that was the last request of a draining one.
+    failover the request is over for the fleet (`on_done` is then a no-op). `removed`
+    names the failed backend when that was the last request of a draining one (now
+    forgotten: stop its scraper), with or without a failover.
     """
 
     backend: str | None
@@ -239,7 +240,7 @@ class Fleet:
                 b.failovers += 1
                 self._send(request_id, _Attempt(a.req, url, [*a.tried, url], retry=True), now)
         self.failover_outcomes[outcome] += 1
-        gone = b.url if url is None and self._drop_if_drained(b.url) else None
+        gone = b.url if self._drop_if_drained(b.url) else None
         return Failover(url, outcome, gone)
 
     def on_done(self, request_id: str, now: float) -> str | None:
