@@ -111,6 +111,15 @@ class Discovery:
     async def start(self) -> tuple[str, ...]:
         """Reads every source once (a failure is a UserError naming the field), then keeps
         the dynamic ones polled. Returns the merged list."""
+        try:
+            await self._first_reads()
+        except UserError:
+            await self.stop()
+            raise
+        self._merge()
+        return self._merged
+
+    async def _first_reads(self) -> None:
         dns, file = self._cfg.dns, self._cfg.file
         if dns is not None:
             try:
@@ -125,8 +134,6 @@ class Discovery:
             except OSError as exc:
                 raise UserError(f"{FILE_FIELD}: cannot read {file.path!r} ({exc})") from exc
             self._tasks.append(asyncio.create_task(self._poll(file.interval_s, self.refresh_file)))
-        self._merge()
-        return self._merged
 
     async def refresh_dns(self) -> None:
         assert self._cfg.dns is not None
