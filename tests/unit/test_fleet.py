@@ -53,8 +53,10 @@ def test_failover_goes_to_an_untried_backend_and_counts() -> None:
     assert first.outcome == "failover" and first.backend not in (None, url)
     second = fleet.on_failure("r1", "status_5xx", 0.2)
     assert second.outcome == "failover" and second.backend not in (url, first.backend)
+    assert fleet.tried("r1") == (url, first.backend, second.backend)
     third = fleet.on_failure("r1", "timeout", 0.3)
     assert third.outcome == "no_backend" and third.backend is None
+    assert third.tried == (url, first.backend, second.backend)
     stats = {s.url: s for s in fleet.stats(0.3)}
     assert sum(s.failovers for s in stats.values()) == 2
     assert stats[url].failures == {"connect": 1}

@@ -50,6 +50,7 @@ class Failover:
     backend: str | None
     outcome: str
     removed: str | None = None
+    tried: tuple[str, ...] = ()  # every backend the request went to, in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +199,12 @@ class Fleet:
         b.health.breaker.on_send(now)
         self._attempts[request_id] = attempt
 
+    def tried(self, request_id: str) -> tuple[str, ...]:
+        """The backends a routed request went to, in order (for its log line; read it
+        before `on_done`, or from the `Failover` that ended it)."""
+        a = self._attempts.get(request_id)
+        return () if a is None else tuple(a.tried)
+
     def backend_of(self, request_id: str) -> str | None:
         a = self._attempts.get(request_id)
         return None if a is None else a.backend
@@ -241,7 +248,7 @@ class Fleet:
                 self._send(request_id, _Attempt(a.req, url, [*a.tried, url], retry=True), now)
         self.failover_outcomes[outcome] += 1
         gone = b.url if self._drop_if_drained(b.url) else None
-        return Failover(url, outcome, gone)
+        return Failover(url, outcome, gone, (*a.tried, url) if url else tuple(a.tried))
 
     def on_done(self, request_id: str, now: float) -> str | None:
         """The request ended (completed, cancelled or failed for good): frees its slot.
