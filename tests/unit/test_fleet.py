@@ -126,3 +126,15 @@ def test_a_draining_backend_that_fails_its_last_request_is_forgotten() -> None:
     answer = fleet.on_failure(on_a, "reset", 0.6)
     assert answer.outcome == "failover" and answer.backend == B and answer.removed == A
     assert fleet.backends == (B,)
+
+
+def test_has_room_and_unroute_give_the_slot_back() -> None:
+    fleet = Fleet(FleetConfig(), [A])
+    fleet.set_cap(A, 1)
+    assert fleet.has_room(0.0)
+    assert fleet.route("r1", REQ, 0.0) == A
+    assert not fleet.has_room(0.0) and fleet.route("r2", REQ, 0.0) is None
+    fleet.unroute("r1")  # its lease was refused: never sent
+    assert fleet.has_room(0.0) and fleet.backend_of("r1") is None
+    assert fleet.stats(0.0)[0].routed == 0
+    assert fleet.route("r1", REQ, 0.1) == A

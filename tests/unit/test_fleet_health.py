@@ -55,6 +55,9 @@ def test_half_open_failure_reopens_and_allows_one_trial_request() -> None:
     b.on_send(2.5)
     b.on_success(2.6)  # the trial succeeded: another may go
     assert b.allows(2.6)
+    b.on_send(2.7)
+    b.on_unsent()  # ...it was never sent after all
+    assert b.allows(2.7)
 
 
 def test_probe_schedule_one_in_flight_and_up_flag() -> None:

@@ -191,6 +191,21 @@ class Fleet:
             self._send(request_id, _Attempt(req, url, [url]), now)
         return url
 
+    def has_room(self, now: float) -> bool:
+        """Some routable backend is below its cap (else `route` would answer None)."""
+        return any(v.has_room for v in self.views(now))
+
+    def unroute(self, request_id: str) -> None:
+        """Takes back a `route` whose request was never sent (its shared lease was
+        refused: another gateway took the slot); the core queues it again."""
+        a = self._attempts.get(request_id)
+        if a is None:
+            raise ValueError(f"request {request_id!r} is not routed")
+        b = self._backends[a.backend]
+        b.routed -= 1
+        b.health.breaker.on_unsent()
+        self._leave(request_id, a)
+
     def _send(self, request_id: str, attempt: _Attempt, now: float) -> None:
         b = self._backends[attempt.backend]
         b.requests[request_id] = attempt.req.tokens

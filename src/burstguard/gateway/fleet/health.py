@@ -65,6 +65,10 @@ class CircuitBreaker:
         if self.state(now) is CircuitState.HALF_OPEN:
             self._trial = True
 
+    def on_unsent(self) -> None:
+        """The request `on_send` announced was never sent: the trial slot is free again."""
+        self._trial = False
+
     def on_success(self, now: float, probe: bool = False) -> None:
         state = self.state(now)
         if state is CircuitState.CLOSED:
