@@ -42,8 +42,15 @@ def test_half_open_after_open_s_then_closes_after_m_successes() -> None:
     assert b.state(1.5) is CircuitState.CLOSED
 
 
-def test_half_open_failure_reopens_and_allows_one_trial_request() -> None:
+def test_half_open_takes_no_request_by_default() -> None:
     b = CircuitBreaker(CFG)
+    for t in (0.0, 0.1, 0.2):
+        b.on_failure(t)
+    assert b.state(1.3) is CircuitState.HALF_OPEN and not b.allows(1.3)  # probes decide
+
+
+def test_half_open_failure_reopens_and_allows_one_trial_request() -> None:
+    b = CircuitBreaker(CFG.model_copy(update={"half_open_requests": True}))
     for t in (0.0, 0.1, 0.2):
         b.on_failure(t)
     assert b.allows(1.3)  # half-open: one trial

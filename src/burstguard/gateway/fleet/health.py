@@ -5,10 +5,11 @@ Pure state machines driven by timestamps (no clock read here):
 - `CircuitBreaker`: *closed* (routable) until `failure_threshold` failures in a row —
   counted separately for requests (connection refused or reset, 5xx, timeout before the
   first token) and for probes, so a /health that answers does not hide an engine failing
-  every request — then *open* (no traffic) for `open_s`, then *half-open*: probes (and at
-  most one trial request at a time) test it; `success_threshold` successes in a row close
-  it, any failure opens it again for `open_s`. A success reported while open is ignored
-  (a stream that started before the failures says nothing about the backend now).
+  every request — then *open* (no traffic) for `open_s`, then *half-open*: probes (and,
+  with `half_open_requests`, one trial request at a time) test it; `success_threshold`
+  successes in a row close it, any failure opens it again for `open_s`. A success
+  reported while open is ignored (a stream that started before the failures says nothing
+  about the backend now).
 - `HealthCheck`: the breaker plus the probe schedule (one probe in flight, one every
   `probe_interval_s`) and `up`, the last probe's answer.
 
@@ -56,9 +57,13 @@ class CircuitBreaker:
         return self._state
 
     def allows(self, now: float) -> bool:
-        """May a request be sent now? Half-open: one trial request at a time."""
+        """May a request be sent now? Half-open: only with `half_open_requests`, one trial
+        at a time (by default the probes alone decide, so a dead replica gets no request
+        after its circuit opened)."""
         state = self.state(now)
-        return state is CircuitState.CLOSED or (state is CircuitState.HALF_OPEN and not self._trial)
+        if state is CircuitState.HALF_OPEN:
+            return self._cfg.half_open_requests and not self._trial
+        return state is CircuitState.CLOSED
 
     def on_send(self, now: float) -> None:
         """A request was sent to it (marks the half-open trial)."""
