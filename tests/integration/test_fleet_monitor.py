@@ -29,8 +29,10 @@ SGLANG = (
 )
 
 
-def _sglang_like() -> web.Application:
+def _sglang_like(broken: dict[str, bool]) -> web.Application:
     async def metrics(_: web.Request) -> web.Response:
+        if broken["metrics"]:
+            return web.Response(status=500, text="oops")
         return web.Response(text=SGLANG)
 
     async def health(_: web.Request) -> web.Response:
@@ -52,7 +54,8 @@ async def _until(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
 async def test_monitor_scrapes_probes_and_drains(emulator: str, tmp_path: Path) -> None:
     fleet = Fleet(FleetConfig(), now=time.monotonic())
     path = tmp_path / "backends.txt"
-    async with serve_app(_sglang_like()) as sglang, aiohttp.ClientSession() as session:
+    broken = {"metrics": False}
+    async with serve_app(_sglang_like(broken)) as sglang, aiohttp.ClientSession() as session:
         path.write_text(f"{emulator}\n{sglang}\n")
         mon = FleetMonitor(
             fleet,
@@ -71,6 +74,19 @@ async def test_monitor_scrapes_probes_and_drains(emulator: str, tmp_path: Path) 
             assert (views[sglang].waiting, views[sglang].kv_usage) == (2, 0.25)
             assert views[emulator].waiting == 0  # the emulator is idle
             assert all(s.up for s in fleet.stats(time.monotonic()))
+            # failed scrapes do not refresh the last state: its age keeps growing
+            broken["metrics"] = True
+            await asyncio.sleep(0.1)
+
+            def age() -> float:
+                ages = {s.url: s.metrics_age_s for s in fleet.stats(time.monotonic())}
+                return ages[sglang] or 0.0
+
+            before = age()
+            await asyncio.sleep(0.5)
+            assert age() - before >= 0.45
+            broken["metrics"] = False
+            await _until(lambda: age() < 0.5)
             # put one request on the SGLang-like backend, then drop it from the file
             # (the score sends new work to the idle emulator, not to the backend with a queue)
             assert fleet.route("r0", RouteRequest(10), time.monotonic()) == emulator

@@ -80,9 +80,11 @@ class FleetMonitor:
         monitor.start()
 
     def _scraped(self, url: str) -> None:
+        """After each scrape: the latest state with the time it was scraped (a failed
+        scrape leaves both as they were, so the state ages)."""
         monitor = self._monitors.get(url)
         if monitor is not None:
-            self._fleet.on_metrics(url, monitor.state, self._clock())
+            self._fleet.on_metrics(url, monitor.state, monitor.scraped_at)
 
     def forget(self, url: str) -> None:
         """Stops `url`'s scraper: call it with what `Fleet.on_done` / `on_failure` report
