@@ -17,8 +17,16 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # Debian packages the tests need (headless Chromium for the report test; promtool for the
-# autoscaler's PromQL). Root only; skipped when already present.
+# autoscaler's PromQL; redis-server for the gateways' shared state). Root only; skipped when
+# already present.
 system-deps:
+	@if ! command -v redis-server >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing redis-server (Debian) for the shared gateway state tests"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null \
+	      || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null); \
+	  else echo "redis-server missing and not root: shared-state tests will be skipped"; fi; \
+	fi
 	@if ! command -v chromium >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing chromium (Debian) for the report rendering test"; \

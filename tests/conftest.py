@@ -27,10 +27,15 @@ def traces_dir() -> Path:
 
 
 def start_emulator(
-    tmp_path: Path, *args: str, profile: str = "llama3-8b-h100", speedup: float = 20.0
+    tmp_path: Path,
+    *args: str,
+    profile: str = "llama3-8b-h100",
+    speedup: float = 20.0,
+    port: int | None = None,
 ) -> ManagedProcess:
-    """Starts `burstguard emulate` on a free port; the caller stops it (or uses `with`)."""
-    port = free_port()
+    """`burstguard emulate` on a free port (or `port`, to restart one where it was); the
+    caller starts and stops it (or uses `with`)."""
+    port = port or free_port()
     argv = [
         *BURSTGUARD,
         "emulate",

@@ -1,5 +1,8 @@
 """BackendMonitor: the backend's own view (waiting, running, KV usage) from its /metrics.
 
+vLLM's names are read first; SGLang's (`sglang:num_queue_reqs`, `sglang:num_running_reqs`,
+`sglang:token_usage`, a 0..1 fraction of its KV token pool) stand in where vLLM's are absent.
+
 Scrapes every `scrape_interval_s` (~250 ms) with burstguard's one Prometheus parser
 (`burstguard.scrape`) and turns the vLLM-named series into the core's `BackendState`.
 A backend without /metrics (404, not Prometheus text, unreachable) is fine: `state` is
@@ -21,10 +24,23 @@ import aiohttp
 from burstguard.gateway.request import BackendState
 from burstguard.scrape import metric_sum, parse_metrics
 
-WAITING = "vllm:num_requests_waiting"
-RUNNING = "vllm:num_requests_running"
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # v1 name, then older
-_NAMES = (WAITING, RUNNING, *KV_USAGE)
+# each signal: the names that carry it, in the order they are tried
+WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
+RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
+# vLLM v1 name, then the older one (removed by vllm PR #29330), then SGLang's
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
+_NAMES = (*WAITING, *RUNNING, *KV_USAGE)
+
+
+def _first(samples: dict[str, float], names: tuple[str, ...]) -> float | None:
+    """The sum of the first of `names` the scrape has; None when it has none of them."""
+    for name in names:
+        value = metric_sum(samples, name)
+        if value is not None:
+            return value
+    return None
+
+
 _SLOW_AFTER = 4  # failed scrapes in a row before polling slows down
 _SLOW_INTERVAL_S = 5.0
 _STALE_SCRAPES = 4  # a state older than this many intervals is not used
@@ -33,15 +49,11 @@ _STALE_SCRAPES = 4  # a state older than this many intervals is not used
 def backend_state(text: str) -> BackendState:
     """The BackendState a /metrics body describes (summed over engines and models)."""
     samples = parse_metrics(text, only=_NAMES)
-    if not samples:  # none of vLLM's names: parse it all, so that non-metrics text is an error
+    if not samples:  # none of the known names: parse it all, so non-metrics text is an error
         samples = parse_metrics(text)
-    waiting = metric_sum(samples, WAITING)
-    running = metric_sum(samples, RUNNING)
-    kv: float | None = None
-    for name in KV_USAGE:
-        kv = metric_sum(samples, name)
-        if kv is not None:
-            break
+    waiting = _first(samples, WAITING)
+    running = _first(samples, RUNNING)
+    kv = _first(samples, KV_USAGE)
     if kv is not None and kv > 1.0:  # some engines export a percentage
         kv /= 100.0
     return BackendState(
@@ -83,6 +95,12 @@ class BackendMonitor:
         if self._clock() - self._at > _STALE_SCRAPES * self.interval_s:
             return None
         return self._state
+
+    @property
+    def scraped_at(self) -> float:
+        """Clock time of the last successful scrape (-inf before the first): its age is
+        what the fleet's router weighs (stale metrics count as saturated)."""
+        return self._at
 
     @property
     def has_metrics(self) -> bool:

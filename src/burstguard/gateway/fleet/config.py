@@ -1,0 +1,143 @@
+"""The fleet's settings: discovery, health, routing, failover budget, shared state.
+
+Validated like the rest of the gateway config (pydantic, errors naming the field); meant to
+sit under a `fleet:` key of `GatewayConfig`. Defaults are argued in docs/gateway.md.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from burstguard.errors import UserError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DnsDiscovery(_Strict):
+    """A DNS name re-resolved to all its addresses (a Kubernetes headless Service)."""
+
+    name: str = Field(min_length=1, description="host name, e.g. vllm.ns.svc.cluster.local")
+    port: int = Field(ge=1, le=65535, description="the engines' port")
+    scheme: Literal["http", "https"] = "http"
+    interval_s: float = Field(5.0, gt=0, description="re-resolve this often")
+
+
+class FileDiscovery(_Strict):
+    """A file listing backend URLs, one per line (`#` comments), re-read when it changes."""
+
+    path: str = Field(min_length=1)
+    interval_s: float = Field(1.0, gt=0, description="check the file this often")
+
+
+class DiscoveryConfig(_Strict):
+    """Backends beyond the static `backends` list; all sources are merged."""
+
+    dns: DnsDiscovery | None = None
+    file: FileDiscovery | None = None
+
+
+class HealthConfig(_Strict):
+    """Active /health probes, passive failures and the circuit breaker."""
+
+    failure_threshold: int = Field(3, ge=1, description="failures in a row that open it")
+    open_s: float = Field(1.0, gt=0, description="open this long before half-open trials")
+    success_threshold: int = Field(2, ge=1, description="half-open successes that close it")
+    half_open_requests: bool = Field(
+        False, description="half-open: also one trial request at a time (default: probes only)"
+    )
+    probe_interval_s: float = Field(0.25, gt=0, description="active /health probe period")
+    probe_timeout_s: float = Field(1.0, gt=0)
+    probe_path: str = "/health"
+    metrics_stale_s: float = Field(
+        2.0, gt=0, description="older metrics count as saturated (llm-d's staleness bound)"
+    )
+
+
+class RouterConfig(_Strict):
+    """Which backend a released request goes to (see `fleet.router`)."""
+
+    policy: Literal["score", "round_robin", "least_request"] = "score"
+    saturated_waiting: int = Field(5, ge=1, description="engine waiting count that saturates")
+    saturated_kv: float = Field(0.8, gt=0, le=1, description="engine KV usage that saturates")
+    kv_floor: float = Field(0.05, gt=0, le=1, description="smallest free-KV share divided by")
+    affinity: bool = Field(False, description="prefix affinity by bounded-load hashing")
+    affinity_blocks: int = Field(4, ge=1, description="leading prompt blocks forming the key")
+    block_tokens: int = Field(16, ge=1, description="tokens per prefix block")
+    affinity_load_factor: float = Field(
+        1.25, ge=1, description="a replica takes at most this x the mean in-flight load"
+    )
+    ring_points: int = Field(64, ge=1, description="points per backend on the hash ring")
+
+
+class RetryBudgetConfig(_Strict):
+    """Failover retries allowed (Envoy's retry_budget, over a window)."""
+
+    ratio: float = Field(0.2, ge=0, le=1, description="retries per request over the window")
+    window_s: float = Field(10.0, gt=0)
+    min_concurrency: int = Field(3, ge=0, description="retries in flight always allowed")
+
+
+class RedisConfig(_Strict):
+    """Limits shared between gateway replicas; no URL: a single gateway, nothing shared."""
+
+    url: str | None = Field(None, description="redis://host:port/db")
+    replicas: int = Field(1, ge=1, description="gateway replicas; degraded caps = cap / this")
+    key_prefix: str = Field("burstguard", min_length=1)
+    lease_ttl_s: float = Field(10.0, gt=0, description="a dead gateway's slots return by then")
+    timeout_s: float = Field(0.5, gt=0, description="per Redis command")
+    rejoin_interval_s: float = Field(1.0, gt=0, description="retry Redis this often")
+    sync_interval_s: float = Field(
+        1.0, gt=0, description="renew leases, publish queue depth and tenant usage"
+    )
+    required: bool = Field(False, description="refuse to start when Redis is unreachable")
+
+    @field_validator("url")
+    @classmethod
+    def _redis_url(cls, url: str | None) -> str | None:
+        if url is not None and urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+            raise ValueError("expected redis://host:port[/db], rediss://... or unix://path")
+        return url
+
+
+class FleetConfig(_Strict):
+    discovery: DiscoveryConfig = DiscoveryConfig()
+    health: HealthConfig = HealthConfig()
+    router: RouterConfig = RouterConfig()
+    retry_budget: RetryBudgetConfig = RetryBudgetConfig()
+    redis: RedisConfig = RedisConfig()
+
+
+def normalize_backend_url(url: str, field: str) -> str:
+    """`scheme://host:port/path` without a trailing slash, scheme and host in lower case, so
+    that the same backend written two ways is one backend; UserError naming `field`."""
+    parts = urlsplit(url.strip())
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise UserError(f"{field}: {url!r} is not an http(s)://host[:port] URL")
+    try:
+        port = parts.port
+    except ValueError:
+        raise UserError(f"{field}: {url!r} has a bad port") from None
+    host = parts.hostname.lower()
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host if port is None else f"{host}:{port}"
+    return f"{parts.scheme.lower()}://{netloc}{parts.path.rstrip('/')}"
+
+
+def check_backend_urls(urls: list[str] | tuple[str, ...], field: str) -> tuple[str, ...]:
+    """The normalised URLs of a static list; a duplicate is a UserError naming its index."""
+    seen: dict[str, int] = {}
+    for i, url in enumerate(urls):
+        norm = normalize_backend_url(url, f"{field}.{i}")
+        if norm in seen:
+            raise UserError(
+                f"{field}.{i}: {url!r} is the same backend as {field}.{seen[norm]} "
+                f"({urls[seen[norm]]!r}); list each backend once"
+            )
+        seen[norm] = i
+    return tuple(seen)

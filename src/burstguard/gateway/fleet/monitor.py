@@ -1,0 +1,106 @@
+"""FleetMonitor: the shell that keeps a `Fleet`'s observations current.
+
+Discovery's lists go to `Fleet.set_backends`; each backend gets its own /metrics scraper
+(`BackendMonitor`, the single-backend gateway's, so vLLM's and SGLang's names are read the
+same way) whose results go to `Fleet.on_metrics` with the time they arrived; a
+`HealthProber` probes /health. A backend the fleet forgets (drained) has its scraper
+stopped. Nothing here decides anything: the fleet does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterable
+
+import aiohttp
+
+from burstguard.gateway.backend_metrics import BackendMonitor
+from burstguard.gateway.fleet.config import DiscoveryConfig
+from burstguard.gateway.fleet.fleet import Fleet, FleetChange
+from burstguard.gateway.fleet.probe import HealthProber
+from burstguard.gateway.fleet.sources import Discovery
+
+
+class FleetMonitor:
+    def __init__(
+        self,
+        fleet: Fleet,
+        session: aiohttp.ClientSession,
+        *,
+        static: Iterable[str] = (),
+        discovery: DiscoveryConfig | None = None,
+        scrape_interval_s: float = 0.25,
+        metrics_path: str = "/metrics",
+        on_change: Callable[[FleetChange], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._fleet = fleet
+        self._session = session
+        self._interval = scrape_interval_s
+        self._metrics_path = metrics_path
+        self._on_change = on_change
+        self._clock = clock
+        self._discovery = Discovery(static, discovery or DiscoveryConfig(), self._discovered)
+        self._prober = HealthProber(fleet, session, clock=clock)
+        self._monitors: dict[str, BackendMonitor] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
+
+    @property
+    def scraped(self) -> tuple[str, ...]:
+        """Backends with a running /metrics scraper."""
+        return tuple(self._monitors)
+
+    async def start(self) -> tuple[str, ...]:
+        """Reads discovery (a UserError naming the field if a source fails), starts the
+        scrapers and the prober. Returns the backends."""
+        urls = await self._discovery.start()
+        self._prober.start()
+        return urls
+
+    def _discovered(self, urls: tuple[str, ...]) -> None:
+        change = self._fleet.set_backends(urls, self._clock())
+        for url in change.added:
+            self._watch(url)
+        for url in change.removed:
+            self.forget(url)
+        if self._on_change is not None:
+            self._on_change(change)
+
+    def _watch(self, url: str) -> None:
+        monitor = BackendMonitor(
+            url + self._metrics_path,
+            self._session,
+            self._interval,
+            on_scrape=lambda: self._scraped(url),
+            clock=self._clock,
+        )
+        self._monitors[url] = monitor
+        monitor.start()
+
+    def _scraped(self, url: str) -> None:
+        """After each scrape: the latest state with the time it was scraped (a failed
+        scrape leaves both as they were, so the state ages)."""
+        monitor = self._monitors.get(url)
+        if monitor is not None:
+            self._fleet.on_metrics(url, monitor.state, monitor.scraped_at)
+
+    def forget(self, url: str) -> None:
+        """Stops `url`'s scraper: call it with what `Fleet.on_done` / `on_failure` report
+        as removed (the fleet has forgotten the backend)."""
+        monitor = self._monitors.pop(url, None)
+        if monitor is not None:
+            task = asyncio.get_running_loop().create_task(monitor.stop())
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
+
+    async def stop(self) -> None:
+        await self._discovery.stop()
+        await self._prober.stop()
+        for monitor in self._monitors.values():
+            await monitor.stop()
+        self._monitors.clear()
+        for task in list(self._stopping):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

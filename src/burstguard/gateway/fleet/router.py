@@ -1,0 +1,138 @@
+"""Which backend a released request goes to: a pure policy over what the gateway sees.
+
+The queue decides *which* request goes next; the router decides *where*. Candidates are
+the backends the fleet may route to now (active, circuit closed or a half-open trial) with
+room under their in-flight cap. Policies:
+
+- `score` (default): drop *saturated* backends — stale metrics (stale counts as saturated,
+  not idle: llm-d PR #2492), engine waiting >= `saturated_waiting` or KV usage >=
+  `saturated_kv` (llm-d's saturation thresholds) — unless that drops them all (fail open).
+  Then pick the lowest
+
+      score = (own in-flight tokens + waiting x request tokens + request tokens)
+              / max(1 - KV usage, kv_floor)
+
+  The numerator is the work ahead of the request on that replica, in tokens: the
+  gateway's own in-flight tokens (prompt + predicted output, exact and current, unlike a
+  scrape that lags by up to its interval, so a burst does not herd onto the replica that
+  looked idle at the last scrape), plus the engine's waiting requests (others' traffic;
+  each costed like this request, the only size known), plus the request itself. Dividing
+  by the free KV share makes a replica close to preemption look proportionally busier. A
+  backend without metrics counts as waiting 0, KV 0. A faster replica finishes its tokens
+  sooner, so it holds fewer in flight and gets a larger share.
+- `round_robin`, `least_request` (fewest own in-flight requests): the baselines.
+
+Ties go to the backend with fewer own in-flight requests, then rotate (equal backends
+take turns instead of the first one taking every request).
+
+With `affinity`, a request with prefix block hashes goes, among the unsaturated
+candidates, to the first backend on its key's hash-ring walk within the bounded load
+(`fleet.affinity`); the policy above picks for requests without a prefix.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from burstguard.gateway.fleet.affinity import HashRing, affinity_key, bounded_capacity
+from burstguard.gateway.fleet.config import RouterConfig
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRequest:
+    """What the router knows of a request: its tokens (prompt + predicted output) and the
+    hashes of its prompt's leading 16-token blocks (empty: no affinity)."""
+
+    tokens: int
+    prefix_hashes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BackendView:
+    """One routable backend as the router sees it at the moment of the decision."""
+
+    url: str
+    in_flight: int = 0  # the gateway's own requests on it
+    in_flight_tokens: int = 0  # their prompt + predicted output tokens
+    cap: float = math.inf  # the gateway's in-flight request cap for it
+    waiting: int | None = None  # the engine's waiting requests (None: no metrics)
+    kv_usage: float | None = None  # 0..1
+    stale: bool = False  # it had metrics, and the last is older than `metrics_stale_s`
+
+    @property
+    def has_room(self) -> bool:
+        return self.in_flight < self.cap
+
+
+def is_saturated(b: BackendView, cfg: RouterConfig) -> bool:
+    """Stale metrics, a waiting queue or a nearly full KV cache."""
+    return (
+        b.stale
+        or (b.waiting is not None and b.waiting >= cfg.saturated_waiting)
+        or (b.kv_usage is not None and b.kv_usage >= cfg.saturated_kv)
+    )
+
+
+def score(b: BackendView, req: RouteRequest, cfg: RouterConfig) -> float:
+    """Tokens of work ahead of `req` on `b` per free KV share; lower is better."""
+    work = b.in_flight_tokens + (b.waiting or 0) * req.tokens + req.tokens
+    return work / max(1.0 - (b.kv_usage or 0.0), cfg.kv_floor)
+
+
+def _least(
+    backends: list[BackendView], key: Callable[[BackendView], tuple[float, ...]], turn: int
+) -> str:
+    """The backend with the lowest key; equal ones take turns."""
+    keys = [key(b) for b in backends]
+    best = min(keys)
+    tied = [b for b, k in zip(backends, keys, strict=True) if k == best]
+    return tied[turn % len(tied)].url
+
+
+class Router:
+    """Picks a backend for each released request; keeps only a turn counter and a ring."""
+
+    def __init__(self, cfg: RouterConfig) -> None:
+        self.cfg = cfg
+        self._turn = 0
+        self._ring = HashRing(cfg.ring_points)
+        self.affinity_hits = 0  # requests placed by their prefix key
+        self.affinity_spills = 0  # ... of those, not on the key's first backend (load bound)
+
+    def pick(self, req: RouteRequest, backends: Sequence[BackendView]) -> str | None:
+        """The backend for `req` among `backends` (routable ones); None when none has room."""
+        room = [b for b in backends if b.has_room]
+        if not room:
+            return None
+        turn = self._turn
+        self._turn += 1
+        policy = self.cfg.policy
+        if policy == "round_robin":
+            return room[turn % len(room)].url
+        if policy == "least_request":
+            return _least(room, lambda b: (b.in_flight,), turn)
+        pool = [b for b in room if not is_saturated(b, self.cfg)] or room
+        if self.cfg.affinity:
+            placed = self._by_affinity(req, pool, [b.url for b in backends])
+            if placed is not None:
+                return placed
+        return _least(pool, lambda b: (score(b, req, self.cfg), b.in_flight), turn)
+
+    def _by_affinity(
+        self, req: RouteRequest, pool: list[BackendView], members: list[str]
+    ) -> str | None:
+        key = affinity_key(req.prefix_hashes, self.cfg.affinity_blocks)
+        if key is None:
+            return None
+        by_url = {b.url: b for b in pool}
+        total = sum(b.in_flight for b in pool)
+        limit = bounded_capacity(total, len(pool), self.cfg.affinity_load_factor)
+        walk = [u for u in self._ring.walk(key, members) if u in by_url]
+        for i, url in enumerate(walk):
+            if by_url[url].in_flight + 1 <= limit:
+                self.affinity_hits += 1
+                self.affinity_spills += i > 0
+                return url
+        return None

@@ -1,0 +1,336 @@
+"""State shared by gateway replicas through Redis: per-backend in-flight leases, tenant
+usage counters, and the fleet's aggregate queue depth and arrival rate.
+
+Each gateway replica keeps its own queue (a distributed queue would put a Redis round trip
+in every ordering decision); what must hold across replicas is the *caps*:
+
+- **Leases.** Before a request goes to a backend the gateway acquires a lease on it: one
+  atomic Lua script drops the expired leases of that backend's sorted set (score = expiry
+  in Redis' own clock, so gateways' clocks never disagree) and adds one if fewer than the
+  cap are held. N gateways together never hold more than the cap while Redis is up. A
+  lease carries a TTL (`lease_ttl_s`); `sync` renews this gateway's live leases every
+  `sync_interval_s`, so a gateway that dies loses its slots within the TTL.
+- **Degraded mode.** When Redis does not answer (connection refused, timeout), the gateway
+  keeps serving on a local cap, `local_cap(cap, replicas)` = the shared cap divided by the
+  configured replica count (at least 1), raises `degraded`, and retries Redis every
+  `rejoin_interval_s`. On rejoin it re-registers its live leases (even above the cap: they
+  are running) and drops those it released meanwhile, so a restarted, empty Redis is
+  rebuilt from the gateways.
+- **Bound.** Total leases on a backend <= cap, except (a) while some gateways are degraded
+  and others are not: + the degraded ones' local caps (<= the cap when all are degraded);
+  (b) a gateway that cannot renew for longer than the TTL while its requests still run.
+- **Tenant usage** (`charge_tenant`) is buffered and added to a Redis hash at each `sync`
+  (one MULTI: HINCRBYFLOAT per tenant, then HGETALL), so fairness sees every replica's
+  service without a round trip per request.
+- **Aggregates** (`sync`): each gateway publishes its queue depth and arrival rate under a
+  key with a TTL; the sum over live gateways is what an autoscaler scales on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from burstguard.errors import UserError
+from burstguard.gateway.fleet.config import RedisConfig
+
+log = logging.getLogger("burstguard.gateway.fleet")
+
+REDIS_FIELD = "fleet.redis.url"
+
+_NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+
+# KEYS[1] lease set; ARGV lease id, cap, ttl ms -> 1 acquired, 0 full
+_ACQUIRE = (
+    _NOW_MS
+    + """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local ttl = tonumber(ARGV[3])
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  return 1
+end
+return 0
+"""
+)
+
+# KEYS lease sets; ARGV ttl ms, then per key: n, n lease ids -> per key the live count
+_RENEW = (
+    _NOW_MS
+    + """
+local ttl = tonumber(ARGV[1])
+local pos = 2
+local counts = {}
+for i, key in ipairs(KEYS) do
+  local n = tonumber(ARGV[pos])
+  pos = pos + 1
+  for j = 1, n do
+    redis.call('ZADD', key, now + ttl, ARGV[pos])
+    pos = pos + 1
+  end
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  if n > 0 then redis.call('PEXPIRE', key, ttl) end
+  counts[i] = redis.call('ZCARD', key)
+end
+return counts
+"""
+)
+
+# KEYS[1] gateway set, KEYS[2] own key; ARGV id, depth, rate, ttl ms, key prefix of gateways
+# -> {live gateways, summed depth, summed rate} (numbers as strings: Lua would truncate)
+_PUBLISH = """
+redis.call('HSET', KEYS[2], 'queue_depth', ARGV[2], 'arrival_rate', ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+redis.call('SADD', KEYS[1], ARGV[1])
+local depth, rate, n = 0, 0, 0
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local v = redis.call('HMGET', ARGV[5] .. id, 'queue_depth', 'arrival_rate')
+  if v[1] then
+    depth = depth + tonumber(v[1])
+    rate = rate + tonumber(v[2])
+    n = n + 1
+  else
+    redis.call('SREM', KEYS[1], id)
+  end
+end
+return {n, tostring(depth), tostring(rate)}
+"""
+
+_UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+def local_cap(shared_cap: int, replicas: int) -> int:
+    """A degraded gateway's share of a backend's cap: cap // replicas, at least 1."""
+    return max(1, shared_cap // replicas)
+
+
+def default_gateway_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True, slots=True)
+class FleetAggregate:
+    """What all live gateway replicas report together (for autoscaling)."""
+
+    gateways: int
+    queue_depth: float
+    arrival_rate: float
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    """One `sync`: shared lease counts per backend, fleet aggregates, tenant totals; the
+    last two are None while degraded."""
+
+    degraded: bool
+    leases: dict[str, int] = field(default_factory=dict)
+    aggregate: FleetAggregate | None = None
+    tenant_usage: dict[str, float] | None = None
+
+
+class SharedState:
+    """One gateway replica's connection to the shared state (or its degraded stand-in)."""
+
+    def __init__(
+        self,
+        cfg: RedisConfig,
+        gateway_id: str | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if cfg.url is None:
+            raise ValueError("SharedState needs fleet.redis.url")
+        self.cfg = cfg
+        self.gateway_id = gateway_id or default_gateway_id()
+        self._clock = clock
+        self._redis = aioredis.Redis.from_url(
+            cfg.url,
+            socket_timeout=cfg.timeout_s,
+            socket_connect_timeout=cfg.timeout_s,
+            retry=Retry(NoBackoff(), 0),  # no hidden retries: degrade at once, rejoin later
+            decode_responses=True,
+        )
+        self._acquire = self._redis.register_script(_ACQUIRE)
+        self._renew = self._redis.register_script(_RENEW)
+        self._publish = self._redis.register_script(_PUBLISH)
+        p = cfg.key_prefix
+        self._gateways_key = f"{p}:gateways"
+        self._gateway_prefix = f"{p}:gateway:"
+        self._tenants_key = f"{p}:tenant_usage"
+        self._leases: dict[str, set[str]] = {}  # backend -> live lease ids (this gateway)
+        self._released_offline: dict[str, set[str]] = {}
+        self._tenant_delta: dict[str, float] = {}
+        self.degraded = False
+        self._retry_at = 0.0
+        self.errors = 0
+        self.rejoins = 0
+        self.last_error: str | None = None
+
+    def _lease_key(self, backend: str) -> str:
+        return f"{self.cfg.key_prefix}:leases:{backend}"
+
+    def _lease_id(self, request_id: str) -> str:
+        return f"{self.gateway_id}:{request_id}"
+
+    def held(self, backend: str) -> int:
+        """Leases this gateway holds on `backend`."""
+        return len(self._leases.get(backend, ()))
+
+    # -- connection and degraded mode ---------------------------------------------------
+
+    async def connect(self) -> bool:
+        """Checks Redis at start. Unreachable: a warning and degraded mode, or a UserError
+        naming the field when `required`. True when connected."""
+        try:
+            await self._redis.ping()
+        except _UNREACHABLE as exc:
+            if self.cfg.required:
+                raise UserError(
+                    f"{REDIS_FIELD}: cannot reach Redis at {self.cfg.url} ({exc}); "
+                    "start it, or drop fleet.redis.required to serve degraded"
+                ) from exc
+            self._degrade(exc)
+            return False
+        except RedisError as exc:  # e.g. a wrong password: a config error, not an outage
+            raise UserError(f"{REDIS_FIELD}: Redis at {self.cfg.url} refused us ({exc})") from exc
+        return True
+
+    def _degrade(self, exc: BaseException) -> None:
+        self.errors += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        self._retry_at = self._clock() + self.cfg.rejoin_interval_s
+        if not self.degraded:
+            self.degraded = True
+            log.warning(
+                "shared state: Redis unreachable (%s); serving on local caps (cap / %d)",
+                self.last_error,
+                self.cfg.replicas,
+            )
+
+    async def _try_rejoin(self) -> bool:
+        if self._clock() < self._retry_at:
+            return False
+        self._retry_at = self._clock() + self.cfg.rejoin_interval_s  # one try at a time
+        try:
+            await self._redis.ping()
+            await self._reregister()
+        except _UNREACHABLE as exc:
+            self._degrade(exc)
+            return False
+        self.degraded = False
+        self.rejoins += 1
+        log.warning("shared state: Redis is back; shared caps again")
+        return True
+
+    async def _reregister(self) -> None:
+        """After an outage: this gateway's live leases back in, the offline releases out."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for backend, ids in self._released_offline.items():
+                if ids:
+                    pipe.zrem(self._lease_key(backend), *ids)
+            await pipe.execute()
+        self._released_offline.clear()
+        await self._renew_all()
+
+    # -- leases -------------------------------------------------------------------------
+
+    async def acquire(self, backend: str, request_id: str, cap: int) -> bool:
+        """Takes a slot on `backend` for a request; False when `cap` are already held
+        (by all gateways; degraded: by this one, against its local cap)."""
+        lease = self._lease_id(request_id)
+        mine = self._leases.setdefault(backend, set())
+        if self.degraded and not await self._try_rejoin():
+            return self._take_local(mine, lease, cap)
+        ttl_ms = int(self.cfg.lease_ttl_s * 1000)
+        try:
+            ok = await self._acquire(keys=[self._lease_key(backend)], args=[lease, cap, ttl_ms])
+        except _UNREACHABLE as exc:
+            self._degrade(exc)
+            return self._take_local(mine, lease, cap)
+        if ok:
+            mine.add(lease)
+        return bool(ok)
+
+    def _take_local(self, mine: set[str], lease: str, cap: int) -> bool:
+        if len(mine) >= local_cap(cap, self.cfg.replicas):
+            return False
+        mine.add(lease)
+        return True
+
+    async def release(self, backend: str, request_id: str) -> None:
+        """Gives the slot back (never raises: an unreachable Redis lets the TTL do it)."""
+        lease = self._lease_id(request_id)
+        self._leases.get(backend, set()).discard(lease)
+        if not self.degraded:
+            try:
+                await self._redis.zrem(self._lease_key(backend), lease)
+                return
+            except _UNREACHABLE as exc:
+                self._degrade(exc)
+        self._released_offline.setdefault(backend, set()).add(lease)
+
+    async def _renew_all(self, backends: tuple[str, ...] = ()) -> dict[str, int]:
+        names = tuple(dict.fromkeys((*self._leases, *backends)))
+        if not names:
+            return {}
+        args: list[object] = [int(self.cfg.lease_ttl_s * 1000)]
+        for b in names:
+            ids = self._leases.get(b, set())
+            args += [len(ids), *ids]
+        counts = await self._renew(keys=[self._lease_key(b) for b in names], args=args)
+        return dict(zip(names, (int(c) for c in counts), strict=True))
+
+    # -- tenants and aggregates ---------------------------------------------------------
+
+    def charge_tenant(self, tenant: str, tokens: float) -> None:
+        """Adds service to a tenant's shared counter at the next `sync`."""
+        self._tenant_delta[tenant] = self._tenant_delta.get(tenant, 0.0) + tokens
+
+    async def sync(
+        self, queue_depth: float, arrival_rate: float, backends: tuple[str, ...] = ()
+    ) -> SyncResult:
+        """Renews leases, publishes this gateway's queue depth and arrival rate, flushes
+        tenant usage; returns the shared view. Degraded: tries to rejoin first."""
+        if self.degraded and not await self._try_rejoin():
+            return SyncResult(degraded=True, leases={b: self.held(b) for b in backends})
+        delta, self._tenant_delta = self._tenant_delta, {}
+        try:
+            leases = await self._renew_all(backends)
+            ttl_ms = int(max(self.cfg.lease_ttl_s, 3 * self.cfg.sync_interval_s) * 1000)
+            n, depth, rate = await self._publish(
+                keys=[self._gateways_key, self._gateway_prefix + self.gateway_id],
+                args=[self.gateway_id, queue_depth, arrival_rate, ttl_ms, self._gateway_prefix],
+            )
+            async with self._redis.pipeline(transaction=True) as pipe:
+                for tenant, tokens in delta.items():
+                    pipe.hincrbyfloat(self._tenants_key, tenant, tokens)
+                pipe.hgetall(self._tenants_key)
+                replies = await pipe.execute()
+        except _UNREACHABLE as exc:
+            for tenant, tokens in delta.items():  # not counted: kept for the next sync
+                self.charge_tenant(tenant, tokens)
+            self._degrade(exc)
+            return SyncResult(degraded=True, leases={b: self.held(b) for b in backends})
+        usage = {k: float(v) for k, v in replies[-1].items()}
+        return SyncResult(
+            degraded=False,
+            leases=leases,
+            aggregate=FleetAggregate(int(n), float(depth), float(rate)),
+            tenant_usage=usage,
+        )
+
+    async def close(self) -> None:
+        await self._redis.aclose()

@@ -1,0 +1,232 @@
+"""Limits shared by gateway replicas through a real redis-server (started on a free port):
+the lease bound across 3 gateways, TTL expiry, degraded mode and rejoin, aggregates."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from tests.conftest import start_emulator
+
+from burstguard.errors import UserError
+from burstguard.gateway.backend_metrics import backend_state
+from burstguard.gateway.fleet.config import FleetConfig, RedisConfig
+from burstguard.gateway.fleet.shared_state import SharedState, local_cap
+from burstguard.procs import free_port
+from burstguard.redis_server import RedisServer
+
+BACKEND = "http://10.0.0.1:8000"
+
+
+def _lease_count(server: RedisServer, backend: str) -> int:
+    return int(server.client().zcard(f"burstguard:leases:{backend}"))
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    if shutil.which("redis-server") is None:
+        if os.environ.get("CI"):
+            pytest.fail("redis-server is not installed (make system-deps)")
+        pytest.skip("redis-server is not installed: run `make system-deps` as root")
+    with RedisServer(tmp_path) as server:
+        yield server
+
+
+def _gateways(url: str, n: int = 3, **kw: object) -> list[SharedState]:
+    cfg = RedisConfig(url=url, replicas=n, **kw)  # type: ignore[arg-type]
+    return [SharedState(cfg, f"gw{i}") for i in range(n)]
+
+
+async def _close(states: list[SharedState]) -> None:
+    for s in states:
+        await s.close()
+
+
+async def test_three_gateways_never_hold_more_than_the_cap(redis_server: RedisServer) -> None:
+    gws = _gateways(redis_server.url)
+    held = peak = 0
+    refused = 0
+    rng = random.Random(7)
+
+    async def one(gw: SharedState, rid: str) -> None:
+        nonlocal held, peak, refused
+        deadline = time.monotonic() + 20
+        while not await gw.acquire(BACKEND, rid, 8):
+            refused += 1
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.002)
+        held += 1
+        peak = max(peak, held)
+        await asyncio.sleep(rng.uniform(0.005, 0.02))
+        held -= 1
+        await gw.release(BACKEND, rid)
+
+    try:
+        await asyncio.gather(*(one(gw, f"r{i}") for gw in gws for i in range(40)))
+    finally:
+        await _close(gws)
+    assert peak == 8  # the cap was reached, never passed
+    assert refused > 0
+    assert _lease_count(redis_server, BACKEND) == 0  # every lease was released
+
+
+async def test_a_dead_gateways_leases_expire_a_live_ones_are_renewed(
+    redis_server: RedisServer,
+) -> None:
+    dead, live, other = _gateways(redis_server.url, lease_ttl_s=0.5, sync_interval_s=0.1)
+    try:
+        for i in range(4):
+            assert await dead.acquire(BACKEND, f"d{i}", 8)
+            assert await live.acquire(BACKEND, f"l{i}", 8)
+        assert not await other.acquire(BACKEND, "o0", 8)
+        await dead.close()  # dies: no release, no renewal
+        start = time.monotonic()
+        while time.monotonic() - start < 1.0:  # past two TTLs, `live` keeps renewing
+            result = await live.sync(queue_depth=0, arrival_rate=0.0, backends=(BACKEND,))
+            await asyncio.sleep(0.1)
+        assert result.leases[BACKEND] == 4  # only the live gateway's leases are left
+        assert [await other.acquire(BACKEND, f"o{i}", 8) for i in range(5)] == [True] * 4 + [False]
+    finally:
+        await _close([live, other])
+
+
+async def test_redis_killed_serves_degraded_then_rejoins(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    gw1, gw2, _ = gws = _gateways(redis_server.url, rejoin_interval_s=0.2)
+    try:
+        assert await gw1.acquire(BACKEND, "a", 8)
+        redis_server.kill()
+        # degraded: a local cap of 8 // 3 = 2 per gateway, leases held before still count
+        assert [await gw2.acquire(BACKEND, f"b{i}", 8) for i in range(3)] == [True, True, False]
+        assert gw2.degraded and gw2.errors >= 1
+        assert "serving on local caps" in caplog.text
+        assert await gw1.acquire(BACKEND, "a2", 8) and not await gw1.acquire(BACKEND, "a3", 8)
+        await gw1.release(BACKEND, "a")  # while degraded: remembered, dropped on rejoin
+        assert (await gw1.sync(0, 0.0, (BACKEND,))).degraded
+        redis_server.start()  # empty: no persistence
+        await asyncio.sleep(0.25)
+        r1 = await gw1.sync(1, 2.0, (BACKEND,))
+        r2 = await gw2.sync(3, 4.0, (BACKEND,))
+        assert not r1.degraded and not r2.degraded and gw2.rejoins == 1
+        assert _lease_count(redis_server, BACKEND) == 3  # a2, b0, b1 re-registered
+        assert r2.aggregate is not None
+        assert (r2.aggregate.gateways, r2.aggregate.queue_depth) == (2, 4)
+        assert r2.aggregate.arrival_rate == pytest.approx(6.0)
+        # shared again: 5 more fit under the cap of 8, not more
+        assert [await gws[2].acquire(BACKEND, f"c{i}", 8) for i in range(6)] == [True] * 5 + [False]
+    finally:
+        await _close(gws)
+
+
+async def test_tenant_usage_is_summed_over_gateways(redis_server: RedisServer) -> None:
+    gw1, gw2 = gws = _gateways(redis_server.url, n=2)
+    try:
+        gw1.charge_tenant("acme", 100)
+        gw2.charge_tenant("acme", 50)
+        gw2.charge_tenant("zeta", 7)
+        await gw1.sync(0, 0.0)
+        usage = (await gw2.sync(0, 0.0)).tenant_usage
+        assert usage == {"acme": 150.0, "zeta": 7.0}
+    finally:
+        await _close(gws)
+
+
+async def test_unreachable_redis_at_start_degrades_or_names_the_field(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    state = SharedState(RedisConfig(url=url, replicas=4), "gw")
+    try:
+        assert not await state.connect()
+        assert state.degraded and "Redis unreachable" in caplog.text
+        assert [await state.acquire(BACKEND, f"r{i}", 8) for i in range(3)] == [True, True, False]
+    finally:
+        await state.close()
+    strict = SharedState(RedisConfig(url=url, required=True), "gw")
+    try:
+        with pytest.raises(UserError, match=r"fleet\.redis\.url: cannot reach Redis"):
+            await strict.connect()
+    finally:
+        await strict.close()
+    with pytest.raises(ValueError, match=r"redis\.url[\s\S]*expected redis://"):
+        FleetConfig.model_validate({"redis": {"url": "http://localhost:6379"}})
+    assert local_cap(8, 3) == 2 and local_cap(2, 3) == 1
+
+
+async def _peak_gauges(urls: list[str], peaks: dict[str, list[float]], stop: asyncio.Event) -> None:
+    """Scrapes each engine's running and waiting gauges every 20 ms, keeping the peaks."""
+    async with aiohttp.ClientSession() as session:
+        while not stop.is_set():
+            for url in urls:
+                async with session.get(url + "/metrics") as resp:
+                    state = backend_state(await resp.text())
+                peaks[url][0] = max(peaks[url][0], state.running or 0)
+                peaks[url][1] = max(peaks[url][1], state.waiting or 0)
+            await asyncio.sleep(0.02)
+
+
+async def test_engines_never_queue_behind_three_gateways_with_or_without_redis(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Three gateways' leases (cap 8) in front of two engines with 8 slots each: engine
+    running peaks at 8, nothing ever waits in an engine; with Redis killed mid-run the
+    local caps (8 // 3) keep it so, and every request completes."""
+    engines = [start_emulator(tmp_path, "--max-num-seqs", "8", speedup=4.0) for _ in range(2)]
+    for e in engines:
+        e.start()
+    urls = [e.base_url for e in engines]  # type: ignore[attr-defined]
+    gws = _gateways(redis_server.url, rejoin_interval_s=0.2)
+    peaks = {u: [0.0, 0.0] for u in urls}
+    stop = asyncio.Event()
+    done: list[str] = []
+    model = json.loads(urllib.request.urlopen(urls[0] + "/v1/models").read())["data"][0]["id"]
+    body = {"model": model, "prompt": "hello " * 20, "max_tokens": 24, "ignore_eos": True}
+
+    async def one(gw: SharedState, rid: str, session: aiohttp.ClientSession) -> None:
+        deadline = time.monotonic() + 60
+        url = None
+        while url is None:
+            for u in urls:
+                if await gw.acquire(u, rid, 8):
+                    url = u
+                    break
+            else:
+                assert time.monotonic() < deadline, "no lease in 60 s"
+                await asyncio.sleep(0.005)
+        try:
+            async with session.post(url + "/v1/completions", json=body) as resp:
+                assert resp.status == 200
+                await resp.read()
+            done.append(rid)
+        finally:
+            await gw.release(url, rid)
+
+    watcher = asyncio.create_task(_peak_gauges(urls, peaks, stop))
+    try:
+        async with aiohttp.ClientSession() as session:
+            await asyncio.gather(*(one(gws[i % 3], f"a{i}", session) for i in range(120)))
+            assert not any(gw.degraded for gw in gws)
+            shared_peaks = {u: list(p) for u, p in peaks.items()}
+            redis_server.kill()
+            await asyncio.gather(*(one(gws[i % 3], f"b{i}", session) for i in range(60)))
+            assert all(gw.degraded for gw in gws)
+    finally:
+        stop.set()
+        await watcher
+        await _close(gws)
+        for e in engines:
+            e.stop()
+    assert len(done) == 180
+    assert max(p[0] for p in shared_peaks.values()) == 8, shared_peaks  # the engines were full
+    assert all(p[1] == 0.0 for p in shared_peaks.values()), shared_peaks  # ...never over
+    assert all(p[1] == 0.0 for p in peaks.values()), peaks  # degraded: still no engine queue

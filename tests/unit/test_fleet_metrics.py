@@ -1,0 +1,45 @@
+"""Per-backend metrics with a `backend` label, rendered and parsed back."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from burstguard.gateway.fleet.config import FleetConfig, RedisConfig
+from burstguard.gateway.fleet.fleet import Fleet
+from burstguard.gateway.fleet.metrics import FleetCollector
+from burstguard.gateway.fleet.router import RouteRequest
+from burstguard.gateway.fleet.shared_state import SharedState
+from burstguard.gateway.request import BackendState
+from burstguard.scrape import parse_metrics
+
+A, B = "http://a:1", "http://b:1"
+
+
+async def test_backend_labelled_metrics() -> None:
+    fleet = Fleet(FleetConfig(), [A, B])
+    fleet.on_metrics(A, BackendState(0, 0, 0.1), 1.0)
+    fleet.route("r1", RouteRequest(50), 1.0)
+    first = fleet.backend_of("r1")
+    assert first is not None
+    fleet.on_failure("r1", "connect", 1.1)
+    for t in (1.2, 1.3, 1.4):
+        fleet.on_probe(first, False, t)
+    shared = SharedState(RedisConfig(url="redis://127.0.0.1:1/0"), "gw")  # never contacted
+    registry = CollectorRegistry()
+    registry.register(FleetCollector(fleet, lambda: 2.0, shared))
+    m = parse_metrics(generate_latest(registry).decode())
+    other = B if first == A else A
+    assert m[f'burstguard_backend_circuit_state{{backend="{first}"}}'] == 2
+    assert m[f'burstguard_backend_healthy{{backend="{other}"}}'] == 1
+    assert m[f'burstguard_backend_up{{backend="{first}"}}'] == 0
+    assert m[f'burstguard_backend_in_flight{{backend="{other}"}}'] == 1
+    assert m[f'burstguard_backend_in_flight_tokens{{backend="{other}"}}'] == 50
+    assert m[f'burstguard_backend_routed_total{{backend="{first}"}}'] == 1
+    assert m[f'burstguard_backend_failovers_total{{backend="{first}"}}'] == 1
+    assert m[f'burstguard_backend_failures_total{{backend="{first}",reason="connect"}}'] == 1
+    assert m[f'burstguard_backend_metrics_age_seconds{{backend="{A}"}}'] == 1.0
+    assert f'burstguard_backend_metrics_age_seconds{{backend="{B}"}}' not in m
+    assert m['burstguard_failover_outcomes_total{outcome="failover"}'] == 1
+    assert m["burstguard_ready_backends"] == 1
+    assert m["burstguard_shared_state_degraded"] == 0
+    await shared.close()
