@@ -44,6 +44,9 @@ class Entry:
     seq: int
     key: float = 0.0  # ordering key within its class (lower first)
     alive: bool = True  # False once it left the queue (lazy deletion from heaps/deques)
+    released_at: float | None = None  # last release to the backend
+    first_token_at: float | None = None  # the client's first token (once, across resumes)
+    preemptions: int = 0  # > 0: its client holds a started answer; never shed from the queue
 
     @property
     def cost(self) -> int:

@@ -47,6 +47,9 @@ class RecordBook:
         self.records: dict[str, RequestRecord] = {}
         self.produced: dict[str, int] = {}
         self._last_token_at: dict[str, float] = {}
+        # tokens the client had when its request was resumed as a new engine request (whose
+        # own count starts again at 1): the engine's counts are offset by this
+        self.resumed_at: dict[str, int] = {}
 
     def open(
         self, spec: RequestSpec, prompt_tokens: int, priority_class: str | None = None
@@ -68,7 +71,10 @@ class RecordBook:
             rec = self.records[rid]
             if rec.queue_s is None:
                 rec.queue_s = result.start_s - rec.scheduled_s
+        base = self.resumed_at
         for rid, count in result.tokens:
+            if base:
+                count += base.get(rid, 0)
             if count <= self.produced.get(rid, 0):
                 continue  # recomputed after preemption: the client already has it
             self.produced[rid] = count
@@ -89,6 +95,7 @@ class RecordBook:
         ends = run.ends
         gaps = [b - a for a, b in itertools.pairwise(ends)]
         for rid, n, count in run.tokens:
+            count += self.resumed_at.get(rid, 0)
             new = min(n, count - self.produced.get(rid, 0))
             if new <= 0:
                 continue
