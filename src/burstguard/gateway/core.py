@@ -271,12 +271,16 @@ class GatewayCore:
 
         Per class: interactive clients are not told to wait behind a batch backlog they
         will pass. `_return_at[cls]` is when the last client of the class told to retry is
-        expected back plus its own service time at the rate left to its class. Without a
-        measured rate (and no `initial_service_rate`) this is the minimum Retry-After.
+        expected back plus its own service time at the rate left to its class. The spread
+        covers one queue deadline of the class past its drain at most: in a sustained
+        overload new arrivals take the class's rate too, and a promise further out than
+        the queue can hold would only grow without bound (it is no longer a drain time).
+        Without a measured rate (and no `initial_service_rate`) this is the minimum.
         """
         rate = self._class_rate(cls, now)
         own = self._work(cost) / rate if rate else 0.0
-        at = max(now + drain_s, self._return_at[cls.name]) + own
+        horizon = cls.queue_deadline_s if cls.queue_deadline_s is not None else drain_s
+        at = min(max(now + drain_s, self._return_at[cls.name]) + own, now + drain_s + horizon)
         self._return_at[cls.name] = at
         return max(self._adm.min_retry_after_s, at - own - now)
 
