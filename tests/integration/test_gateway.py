@@ -37,11 +37,13 @@ KEY_B = "key-batch-000000002"
 ONE_CLASS = [{"name": "standard", "rank": 0, "queue_deadline_s": 120.0}]
 
 
-def start_gateway(tmp_path: Path, backend: str, config: dict[str, Any]) -> ManagedProcess:
+def start_gateway(
+    tmp_path: Path, backend: str, config: dict[str, Any], **backend_options: Any
+) -> ManagedProcess:
     """Writes `config` (plus the backend) to YAML and starts `burstguard gateway` on it."""
     port = free_port()
     path = tmp_path / f"gateway-{port}.yaml"
-    path.write_text(yaml.safe_dump({**config, "backends": [{"url": backend}]}))
+    path.write_text(yaml.safe_dump({**config, "backends": [{"url": backend, **backend_options}]}))
     argv = [*BURSTGUARD, "gateway", "--config", str(path), "--port", str(port)]
     proc = ManagedProcess(
         argv, f"http://127.0.0.1:{port}/health", log_path=tmp_path / f"gateway-{port}.log"
