@@ -457,8 +457,8 @@ class Gateway:
                 self.metrics.errors.labels(type(exc).__name__).inc()
                 ex.outcome, ex.reason = "failed", "stream_broken"
                 self.event(Fail(ex.rid))
-                _, message, code = transport_error(exc)
-                err = {"error": {"message": message, "type": "upstream_error", "code": code}}
+                _, message, err_code = transport_error(exc)
+                err = {"error": {"message": message, "type": "upstream_error", "code": err_code}}
                 resp.end(b"data: " + json_bytes(err) + b"\n\n")
         finally:
             ex.call = None

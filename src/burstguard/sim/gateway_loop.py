@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from burstguard.bench.records import RequestRecord
@@ -133,7 +134,7 @@ class _GatewaySim:
     def release(self, effect: Release, rec: RequestRecord, now: float) -> None:
         rid = effect.req.id
         have = self.book.resumed_at.get(rid, 0) if effect.resumed else 0
-        prompt = rec.prompt_tokens + have
+        prompt = (rec.prompt_tokens or 0) + have
         if effect.resumed:
             self.reprefill_tokens += prompt
         priority = 0 if effect.priority is None else effect.priority
@@ -205,7 +206,7 @@ class _GatewaySim:
     def run(self) -> GatewaySimResult:
         arrivals = self.workload.arrival_s.tolist()
         for i, t in enumerate(arrivals):
-            self.heap.at(t, ARRIVAL, lambda now, i=i: self.arrive(i, now))
+            self.heap.at(t, ARRIVAL, partial(self.arrive, i))
         end = self.heap.run()
         n = len(arrivals)
         records = [self.book.records[self.workload.request_id(k)] for k in range(n)]
