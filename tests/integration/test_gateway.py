@@ -220,6 +220,18 @@ def test_bad_input_gets_openai_errors(
     assert set(payload["error"]) >= {"message", "type", "code"}
 
 
+def test_token_id_prompts_pass_as_vllm_accepts_them(stack: tuple[str, str, Path]) -> None:
+    """One schema for the emulator and the gateway: a prompt of token ids (vLLM's
+    extension) is admitted, counted by its length and served; usage is exact."""
+    base, _, _ = stack
+    body = {"model": "llama3-8b-h100", "prompt": list(range(1, 41)), "max_tokens": 5,
+            "ignore_eos": True}  # fmt: skip
+    headers = {"authorization": f"Bearer {KEY_I}"}
+    got, payload, _ = post(base, "/v1/completions", json.dumps(body).encode(), headers)
+    assert got == 200, payload
+    assert payload["usage"] == {"prompt_tokens": 40, "completion_tokens": 5, "total_tokens": 45}
+
+
 def test_metrics_carry_keda_names_and_classes(stack: tuple[str, str, Path]) -> None:
     base, _, _ = stack
     status, _, headers = post(

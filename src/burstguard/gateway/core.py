@@ -72,8 +72,6 @@ class Admission:
     reason: str | None = None
     retry_after_s: float | None = None
     evicted: tuple[GatewayRequest, ...] = ()
-    estimated_wait_s: float = 0.0
-    predicted_output_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,11 +149,15 @@ class GatewayCore:
         return out
 
     def _shed(self, req: GatewayRequest, reason: str, now: float) -> Reject:
-        """A queued request answered 429, booked into its class's return schedule."""
-        out = req.max_tokens or self.config.predictor.default_max_tokens
-        return Reject(
-            req, reason, self.retry_after(req.priority_class, now, req.prompt_tokens + out)
-        )
+        """A queued request answered 429 with a Retry-After: when a new request of its
+        class would be admitted (its class's expected wait: the drain of the work ahead at
+        the rate left to the class, bounded by aging), booked into the class's return
+        schedule like a rejection at `submit`."""
+        cls = self.config.class_by_name(req.priority_class)
+        cost = req.prompt_tokens + (req.max_tokens or self.config.predictor.default_max_tokens)
+        wait, ahead = self._estimate_wait(cls, now)
+        drain = wait if math.isfinite(wait) else ahead
+        return Reject(req, reason, self._schedule_return(cls, now, drain, cost))
 
     # -- arrivals ---------------------------------------------------------------------
 
@@ -177,7 +179,7 @@ class GatewayCore:
         if deadline is not None and wait > deadline:
             # with no rate left to its class, the best promise is its backlog's drain time
             drain = wait - deadline if math.isfinite(wait) else drain_ahead
-            return self._reject(e, "deadline", drain, wait, now)
+            return self._reject(e, "deadline", drain, now)
 
         victims = self._victims(e)
         if victims is None:
@@ -190,7 +192,7 @@ class GatewayCore:
             else:
                 excess = excess_n
             drain = estimate_wait(excess, self._class_rate(cls, now))
-            return self._reject(e, "queue_full", drain, wait, now)
+            return self._reject(e, "queue_full", drain, now)
         for v in victims:
             self._queue.remove(v)
             del self._queued[v.req.id]
@@ -198,12 +200,7 @@ class GatewayCore:
         self._queue.push(e)
         self._queued[req.id] = e
         self._inflow.add(now, cls.rank, self._work(e.cost))
-        return Admission(
-            True,
-            evicted=tuple(v.req for v in victims),
-            estimated_wait_s=wait,
-            predicted_output_tokens=predicted,
-        )
+        return Admission(True, evicted=tuple(v.req for v in victims))
 
     def _work(self, cost: float) -> float:
         return cost if self._adm.rate_unit == "tokens" else 1.0
@@ -257,11 +254,10 @@ class GatewayCore:
             return None
         return victims
 
-    def _reject(self, e: Entry, reason: str, drain_s: float, wait: float, now: float) -> Admission:
+    def _reject(self, e: Entry, reason: str, drain_s: float, now: float) -> Admission:
         self._outcomes[e.cls.name]["rejected"] += 1
         self._rejections[reason] += 1
-        retry = self._schedule_return(e.cls, now, drain_s, e.cost)
-        return Admission(False, reason, retry, (), wait, e.predicted_output)
+        return Admission(False, reason, self._schedule_return(e.cls, now, drain_s, e.cost))
 
     def _schedule_return(self, cls: ClassConfig, now: float, drain_s: float, cost: float) -> float:
         """Retry-After for a shed request of `cls`: after its class's excess drains *and*
@@ -455,24 +451,6 @@ class GatewayCore:
         if gone:
             self._rate.observe(now, self._saturated())
         return [e.req for e in gone]
-
-    def retry_after(
-        self, request_class: str | None, now: float | None = None, cost: float = 0.0
-    ) -> float:
-        """Seconds until a new request of this class would be admitted (for 429s): its
-        class's expected wait (the drain of the work ahead at the rate left to the class,
-        bounded by aging).
-
-        With `now`, the answer is a promise: the request (of `cost` tokens) is booked into
-        its class's return schedule like a rejection at `submit` (see `_schedule_return`).
-        """
-        cls = self.config.class_by_name(request_class)
-        at = 0.0 if now is None else now
-        wait, ahead = self._estimate_wait(cls, at)
-        drain = wait if math.isfinite(wait) else ahead
-        if now is None:
-            return max(self._adm.min_retry_after_s, drain)
-        return self._schedule_return(cls, now, drain, cost)
 
     def _unrelease(self, e: Entry) -> None:
         del self._in_flight[e.req.id]
