@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable
 
 Handler = Callable[[float], None]
@@ -36,6 +37,10 @@ class EventHeap:
             self.now = time
             handler(time)
         return self.now
+
+    def next_time(self) -> float:
+        """When the next event is due (inf: none is)."""
+        return self._heap[0][0] if self._heap else math.inf
 
     def __len__(self) -> int:
         return len(self._heap)
