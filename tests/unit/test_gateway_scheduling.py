@@ -90,7 +90,7 @@ def test_a_waiting_interactive_request_preempts_the_batch_request_with_fewest_to
     for i, t in ((0, 0.1), (1, 0.2), (2, 0.3)):  # first tokens: b3 none, b2 latest
         gw.handle(FirstToken(f"b{i}"), t)
     out = gw.handle(Arrive(req("i0", "interactive", 1.0)), 1.0)
-    assert kinds(out) == [("Preempt", "b3"), ("Release", "i0")]
+    assert kinds(out) == [("Preempt", "b1"), ("Release", "i0")]
     out = gw.handle(Arrive(req("i1", "interactive", 1.0)), 1.0)
     assert kinds(out) == [("Preempt", "b2"), ("Release", "i1")]
     # the preempted requests are queued at their original arrival and resume when slots free
@@ -260,3 +260,15 @@ def test_a_resumed_request_delivers_each_token_once() -> None:
     assert b.ok and b.completion_tokens == 400 and i.ok and i.completion_tokens == 50
     assert b.ttft_s is not None and b.ttft_s < 1.0
     assert result.reprefill_tokens > 512  # the prompt and the tokens produced before
+
+
+def test_a_request_its_shell_cannot_resume_is_not_preempted() -> None:
+    """A streamed token-id prompt cannot be continued with text: the live shell marks it
+    not resumable, and the core takes another victim (or none)."""
+    gw = GatewayCore(config())
+    for i in range(1, 4):
+        gw.handle(Arrive(req(f"b{i}", "batch", 0.0)), 0.0)
+    # released last: the best victim, were it resumable
+    gw.handle(Arrive(replace(req("ids", "batch", 0.5), resumable=False)), 0.5)
+    out = gw.handle(Arrive(req("i0", "interactive", 1.0)), 1.0)
+    assert kinds(out) == [("Preempt", "b1"), ("Release", "i0")]

@@ -368,7 +368,7 @@ class GatewayCore:
         best_key: tuple[float, int, float] = (-math.inf, 0, 0.0)
         for e in self._preemptible.values():
             c = e.cls
-            if c.rank <= rank or e.preemptions >= c.max_preemptions:
+            if c.rank <= rank or e.preemptions >= c.max_preemptions or not e.req.resumable:
                 continue
             released = e.released_at if e.released_at is not None else now
             if now - released < c.min_run_s:

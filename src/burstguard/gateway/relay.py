@@ -185,10 +185,9 @@ def resume_body(data: dict[str, Any], chat: bool, text: str, received: int) -> d
         prompt = data["prompt"]
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
             prompt = prompt[0]
-        if isinstance(prompt, str):
-            out["prompt"] = prompt + text
-        else:  # token ids: the text goes on as text (vLLM takes a string or ids, not both)
-            raise ValueError("a token-id prompt cannot be resumed with text")
+        if not isinstance(prompt, str):  # the core never preempts these (not `resumable`)
+            raise ValueError("only a single text prompt can be resumed with text")
+        out["prompt"] = prompt + text
     for key in ("max_tokens", "max_completion_tokens"):
         if isinstance(data.get(key), int):
             out[key] = max(1, data[key] - received)

@@ -22,6 +22,8 @@ class GatewayRequest:
     priority_class: str | None = None
     tenant: str | None = None
     route: str | None = None  # e.g. "/v1/chat/completions" or the model name: predictor key
+    resumable: bool = True  # the shell can continue it after a preemption (a token-id
+    # prompt's stream cannot be continued with text: its class's preemptions skip it)
 
 
 @dataclass(frozen=True, slots=True)

@@ -328,8 +328,11 @@ class Gateway:
         rid = uuid.uuid4().hex
         ex = _Exchange(rid, cls, tenant, req.path, gen.stream, arrival, prompt_tokens)
         self.metrics.arrived(cls)
+        # a stream of token ids (or of several prompts) cannot be continued with text
+        prompts = gen.prompts() if isinstance(gen, CompletionRequest) else [""]
+        resumable = not gen.stream or (len(prompts) == 1 and isinstance(prompts[0], str))
         gr = GatewayRequest(rid, arrival * self._speedup, prompt_tokens, gen.output_limit(),
-                            cls, tenant, req.path)  # fmt: skip
+                            cls, tenant, req.path, resumable)  # fmt: skip
         ex.own_s = self._clock() - arrival  # read to the core; the rest is added at release
         fut: asyncio.Future[Release | Reject] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut
@@ -368,8 +371,9 @@ class Gateway:
         data: dict[str, Any] = json.loads(req.body)
         chat = ex.route.endswith("chat/completions")
         opts = gen.stream_options
+        keep = ex.stream and self.backend.resume and self.config.class_by_name(ex.cls).preemptible
         relay = SseRelay(chat, strip_usage=not (opts is not None and opts.include_usage),
-                         keep_text=self._resumable(ex, data))  # fmt: skip
+                         keep_text=keep)  # fmt: skip
         while True:
             effect = await fut
             if isinstance(effect, Reject):
@@ -381,11 +385,12 @@ class Gateway:
                 ex.queue_wait_s = released - ex.arrival
                 self.metrics.queue_wait.labels(ex.cls).observe(ex.queue_wait_s)
             body = upstream_body(data, ex.stream, effect.priority)
-            if effect.resumed and ex.stream and relay.text:
+            if effect.resumed and resp.started:  # continue the stream its client has
                 relay.resume()
-                body = resume_body(body, chat, "".join(relay.text), relay.base_tokens)
+                if relay.text:
+                    body = resume_body(body, chat, "".join(relay.text), relay.base_tokens)
                 self.metrics.reprefill_tokens.inc(ex.prompt_tokens + relay.base_tokens)
-            elif effect.resumed:
+            elif effect.resumed:  # nothing sent yet (or not a stream): start over
                 self.metrics.reprefill_tokens.inc(ex.prompt_tokens)
             self._running[ex.rid] = ex
             ex.preempted = False
@@ -394,18 +399,6 @@ class Gateway:
                 return
             fut = asyncio.get_running_loop().create_future()
             self._waiting[ex.rid] = fut  # released again by the core, resumed
-
-    def _resumable(self, ex: _Exchange, data: dict[str, Any]) -> bool:
-        """Whether the core may preempt this stream: keep its text (a token-id prompt
-        cannot be continued with text; such a request is restarted instead)."""
-        if not (ex.stream and self.backend.resume):
-            return False
-        if not self.config.class_by_name(ex.cls).preemptible:
-            return False
-        prompt = data.get("prompt")
-        return prompt is None or isinstance(prompt, str) or (
-            isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str)
-        )  # fmt: skip
 
     async def _call(
         self, req: HttpRequest, resp: Responder, ex: _Exchange, body: bytes,

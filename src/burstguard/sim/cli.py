@@ -117,8 +117,8 @@ def class_table(summary: dict[str, Any]) -> str:
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{x:.1%}"
 
-    rows = [f"{'class':<12} {'requests':>8} {'completed':>9} {'rejected':>8} "
-            f"{'preempted':>9} {'TTFT p50':>9} {'TTFT p95':>9} {'SLO':>6} {'target':>7}"]  # fmt: skip
+    rows = [f"{'class':<12} {'requests':>8} {'completed':>9} {'rejected':>8} {'preempted':>9} "
+            f"{'TTFT p50':>9} {'TTFT p95':>9} {'SLO':>6} {'target':>7}"]  # fmt: skip
     for name, g in summary["gateway"]["classes"].items():
         b = summary["by_class"].get(name)
         t = b["ttft_s"] if b else {"p50": None, "p95": None}
