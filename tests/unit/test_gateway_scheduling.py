@@ -90,7 +90,7 @@ def test_a_waiting_interactive_request_preempts_the_batch_request_with_fewest_to
     for i, t in ((0, 0.1), (1, 0.2), (2, 0.3)):  # first tokens: b3 none, b2 latest
         gw.handle(FirstToken(f"b{i}"), t)
     out = gw.handle(Arrive(req("i0", "interactive", 1.0)), 1.0)
-    assert kinds(out) == [("Preempt", "b1"), ("Release", "i0")]
+    assert kinds(out) == [("Preempt", "b3"), ("Release", "i0")]
     out = gw.handle(Arrive(req("i1", "interactive", 1.0)), 1.0)
     assert kinds(out) == [("Preempt", "b2"), ("Release", "i1")]
     # the preempted requests are queued at their original arrival and resume when slots free
