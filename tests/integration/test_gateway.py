@@ -37,11 +37,13 @@ KEY_B = "key-batch-000000002"
 ONE_CLASS = [{"name": "standard", "rank": 0, "queue_deadline_s": 120.0}]
 
 
-def start_gateway(tmp_path: Path, backend: str, config: dict[str, Any]) -> ManagedProcess:
+def start_gateway(
+    tmp_path: Path, backend: str, config: dict[str, Any], **backend_options: Any
+) -> ManagedProcess:
     """Writes `config` (plus the backend) to YAML and starts `burstguard gateway` on it."""
     port = free_port()
     path = tmp_path / f"gateway-{port}.yaml"
-    path.write_text(yaml.safe_dump({**config, "backends": [{"url": backend}]}))
+    path.write_text(yaml.safe_dump({**config, "backends": [{"url": backend, **backend_options}]}))
     argv = [*BURSTGUARD, "gateway", "--config", str(path), "--port", str(port)]
     proc = ManagedProcess(
         argv, f"http://127.0.0.1:{port}/health", log_path=tmp_path / f"gateway-{port}.log"
@@ -216,6 +218,18 @@ def test_bad_input_gets_openai_errors(
     assert got == status
     assert payload["error"]["code"] == code
     assert set(payload["error"]) >= {"message", "type", "code"}
+
+
+def test_token_id_prompts_pass_as_vllm_accepts_them(stack: tuple[str, str, Path]) -> None:
+    """One schema for the emulator and the gateway: a prompt of token ids (vLLM's
+    extension) is admitted, counted by its length and served; usage is exact."""
+    base, _, _ = stack
+    body = {"model": "llama3-8b-h100", "prompt": list(range(1, 41)), "max_tokens": 5,
+            "ignore_eos": True}  # fmt: skip
+    headers = {"authorization": f"Bearer {KEY_I}"}
+    got, payload, _ = post(base, "/v1/completions", json.dumps(body).encode(), headers)
+    assert got == 200, payload
+    assert payload["usage"] == {"prompt_tokens": 40, "completion_tokens": 5, "total_tokens": 45}
 
 
 def test_metrics_carry_keda_names_and_classes(stack: tuple[str, str, Path]) -> None:

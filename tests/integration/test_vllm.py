@@ -221,3 +221,75 @@ def test_gateway_holds_and_orders_a_burst_in_front_of_real_vllm(
     assert max(w for w, _, _ in engine) <= 1  # ...not in the engine
     assert max(r for _, r, _ in engine) <= 4
     assert max(inter) < min(batch[4:]) + 0.5  # the 4 queued batch start after interactive
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_gateway_preempts_and_resumes_a_stream_on_real_vllm(
+    vllm_server: str, tmp_path: Path, api: str
+) -> None:
+    """One slot; a streamed batch request holds it when an interactive one arrives: the
+    gateway closes the batch request's upstream (vLLM aborts it and frees its KV) and later
+    resumes it with the text so far (completions: prompt + text; chat: a final assistant
+    message with continue_final_message). With greedy decoding the client's text equals
+    the same request served alone: nothing duplicated, nothing missing."""
+    from tests.integration.test_gateway_preemption import read_stream
+
+    config = {
+        "default_class": "batch", "log_requests": False,
+        "classes": [
+            {"name": "interactive", "rank": 0, "queue_deadline_s": 120.0},
+            {"name": "batch", "rank": 1, "queue_deadline_s": 120.0, "preemptible": True},
+        ],
+        "admission": {"max_in_flight": 1, "min_in_flight": 1, "adapt": False},
+    }  # fmt: skip
+    chat = api == "chat"
+    route = "/v1/chat/completions" if chat else "/v1/completions"
+    batch: dict = {"model": vllm_cpu.MODEL_NAME, "max_tokens": 48, "temperature": 0,
+                   "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+    if chat:
+        batch["messages"] = [{"role": "user", "content": "Tell me a short story about a cat."}]
+    else:
+        batch["prompt"] = "Once upon a time, in a small village by the sea,"
+    inter = {**batch, "max_tokens": 4, "stream": False}
+    inter.pop("stream_options")
+
+    def prompt_tokens() -> float:
+        return metric_sum(scrape(vllm_server), "vllm:prompt_tokens_total") or 0.0
+
+    async def run(base: str) -> tuple[dict, dict]:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(vllm_server + route, json=batch) as resp:
+                alone = await read_stream(resp, chat)
+            fired = asyncio.get_running_loop().create_future()
+
+            async def interactive() -> None:
+                await fired
+                headers = {"x-burstguard-class": "interactive"}
+                async with s.post(base + route, json=inter, headers=headers) as r:
+                    assert r.status == 200, await r.text()
+
+            def on_piece(n: int) -> None:
+                if n == 12 and not fired.done():
+                    fired.set_result(None)
+
+            task = asyncio.ensure_future(interactive())
+            async with s.post(base + route, json=batch) as resp:
+                assert resp.status == 200
+                through = await read_stream(resp, chat, on_piece)
+            await asyncio.wait_for(task, 120)
+        return through, alone
+
+    with start_gateway(tmp_path, vllm_server, config, resume=True) as gw:
+        base = gw.base_url  # type: ignore[attr-defined]
+        before = prompt_tokens()
+        through, alone = asyncio.run(asyncio.wait_for(run(base), 300))
+        m = scrape(base)
+    prefilled = prompt_tokens() - before - alone["usage"]["prompt_tokens"]  # less the alone run
+    print(f"{api}: alone {alone['text']!r}\n  through {through['text']!r}\n"
+          f"  vLLM prefilled {prefilled:.0f} tokens through the gateway "
+          f"(prompt {alone['usage']['prompt_tokens']})")  # fmt: skip
+    assert metric_sum(m, "burstguard_preemptions_total") == 1
+    # the batch prompt, the interactive one, and the batch again with its text so far
+    assert prefilled >= 3 * alone["usage"]["prompt_tokens"] + 10
+    assert through["text"] == alone["text"]
+    assert through["usage"]["completion_tokens"] == alone["usage"]["completion_tokens"]

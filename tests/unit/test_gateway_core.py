@@ -12,11 +12,17 @@ from burstguard.gateway.admission import ClassInflow, estimate_wait
 from burstguard.gateway.cli import load_config
 from burstguard.gateway.config import AdmissionConfig, ClassConfig, GatewayConfig
 from burstguard.gateway.core import GatewayCore
+from burstguard.gateway.events import Release
 from burstguard.gateway.request import GatewayRequest
 
 
 def req(i: int, cls: str, t: float = 0.0, prompt: int = 100, out: int = 50) -> GatewayRequest:
     return GatewayRequest(f"r{i}", t, prompt, out, priority_class=cls, tenant="t")
+
+
+def released(gw: GatewayCore, now: float) -> list[GatewayRequest]:
+    """What `dispatch` releases now."""
+    return [e.req for e in gw.dispatch(now) if isinstance(e, Release)]
 
 
 def core(**admission: object) -> GatewayCore:
@@ -31,10 +37,10 @@ def test_interactive_is_released_before_batch() -> None:
     order: list[str] = []
     now = 1.0
     for _ in range(5):
-        released = gw.dispatch(now)
-        assert len(released) <= 1  # the in-flight cap holds
-        order += [r.id for r in released]
-        for r in released:
+        out = released(gw, now)
+        assert len(out) <= 1  # the in-flight cap holds
+        order += [r.id for r in out]
+        for r in out:
             gw.on_first_token(r.id, now)
             gw.on_finish(r.id, now, 50)
         now += 0.01
@@ -46,10 +52,10 @@ def test_every_request_is_counted_once() -> None:
     gw = core(max_in_flight=4)
     for i in range(6):
         gw.submit(req(i, "standard"), 0.0)
-    released = gw.dispatch(0.0)
-    assert len(released) == 4
-    gw.on_finish(released[0].id, 0.5, 10)
-    gw.cancel(released[1].id, 0.5)
+    out = released(gw, 0.0)
+    assert len(out) == 4
+    gw.on_finish(out[0].id, 0.5, 10)
+    gw.cancel(out[1].id, 0.5)
     assert gw.cancel("r5", 0.5)  # still queued: dropped
     assert not gw.cancel("r5", 0.6)  # not twice
     stats = gw.stats

@@ -149,6 +149,10 @@ def test_cli_prints_and_writes_per_class_outcomes(tmp_path: Path) -> None:
     assert sum(c["requests"] for c in classes.values()) == summary["requests"]
     assert sum(c["rejected"] for c in classes.values()) == summary["errors"] > 0
     assert classes["batch"]["rejected"] > classes["interactive"]["rejected"]
+    # the example's standard and batch classes are preemptible: the burst preempts them
+    gw = summary["gateway"]
+    assert gw["preemptions"] == sum(c["preemptions"] for c in classes.values()) > 0
+    assert gw["reprefill_tokens"] > 0 and "preempted" in proc.stdout
 
 
 @pytest.mark.parametrize(

@@ -136,7 +136,7 @@ def bench(
     try:
         slo_target = Slo.parse(slo)
         policy = RetryPolicy(
-            mode=retry, max_retries=max_retries, base_s=retry_base,  # type: ignore[arg-type]
+            mode=retry, max_retries=max_retries, base_s=retry_base,
             cap_s=retry_cap, honor_retry_after=honor_retry_after,
         )  # fmt: skip
     except ValueError as exc:

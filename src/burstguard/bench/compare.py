@@ -224,10 +224,11 @@ def _drain_check(steady: dict[str, Any], burst: dict[str, Any], th: Thresholds) 
 def _kv_peak(steady: dict[str, Any], burst: dict[str, Any]) -> Check:
     legs = [server_column(s, KV_METRICS) for s in (steady, burst)]
     peaks = [float(np.nanmax(col)) if col is not None and col.size else None for col in legs]
-    if peaks[1] is None:
-        return Check("kv_peak", "KV cache peak usage", *peaks, None, "", "n/a", "not scraped")
-    note = "full: the engine preempts or stalls" if peaks[1] >= 0.99 else ""
-    return Check("kv_peak", "KV cache peak usage", *peaks, peaks[1], "", "info", note)
+    before, peak = peaks
+    if peak is None:
+        return Check("kv_peak", "KV cache peak usage", before, None, None, "", "n/a", "not scraped")
+    note = "full: the engine preempts or stalls" if peak >= 0.99 else ""
+    return Check("kv_peak", "KV cache peak usage", before, peak, peak, "", "info", note)
 
 
 def _rate_check(steady: dict[str, Any], burst: dict[str, Any]) -> Check:

@@ -91,7 +91,7 @@ def per_second_series(records: Sequence[RequestRecord], duration_s: float) -> di
         return np.histogram(np.asarray(values, dtype=np.float64), bins=edges)[0].tolist()
 
     sent = [r.sent_s for r in records if r.sent_s is not None]
-    done_ok = [r.sent_s + r.e2e_s for r in records if r.ok and r.sent_s is not None]
+    done_ok = [r.sent_s + (r.e2e_s or 0.0) for r in records if r.ok and r.sent_s is not None]
     errors = [
         (r.sent_s if r.sent_s is not None else r.scheduled_s) + (r.e2e_s or 0.0)
         for r in records

@@ -1,64 +1,18 @@
-"""OpenAI request models and error bodies the emulator accepts and returns.
+"""Parsing and error bodies of the emulator's OpenAI surface.
 
-Requests are validated once with pydantic; fields the emulator does not model (temperature,
-top_p, ...) are accepted and ignored, as a real server would not fail on them. Errors use
-OpenAI's shape `{"error": {"message", "type", "param", "code"}}`.
+Requests are validated once with burstguard's one schema (`burstguard.schema`, shared
+with the gateway); fields the emulator does not model (temperature, top_p, ...) are
+accepted and ignored, as a real server would not fail on them. Errors use OpenAI's shape
+`{"error": {"message", "type", "param", "code"}}`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    include_usage: bool = False
-
-
-class _GenerationRequest(BaseModel):
-    """Fields shared by chat and text completions (OpenAI's plus vLLM's extensions)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    model: str = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    n: int = Field(default=1, ge=1, le=1, description="only n=1 is served")
-    ignore_eos: bool = Field(default=False, description="vLLM: generate exactly max_tokens")
-    priority: int = Field(default=0, description="vLLM: lower runs first (priority policy)")
-
-    @property
-    def include_usage(self) -> bool:
-        return self.stream_options is not None and self.stream_options.include_usage
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    role: str
-    content: str | list[dict[str, Any]] | None = None
-
-
-class ChatCompletionRequest(_GenerationRequest):
-    messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-
-    @property
-    def requested_max_tokens(self) -> int | None:
-        """OpenAI's newer `max_completion_tokens` wins over the deprecated `max_tokens`."""
-        return self.max_completion_tokens or self.max_tokens
-
-
-class CompletionRequest(_GenerationRequest):
-    prompt: str | list[str] | list[int] | list[list[int]] = Field(min_length=1)
-
-    @property
-    def requested_max_tokens(self) -> int | None:
-        return self.max_tokens
+from burstguard.schema import ChatCompletionRequest, CompletionRequest
 
 
 class ApiError(Exception):

@@ -1,7 +1,10 @@
 """The OpenAI-compatible HTTP shell around the engine driver (Starlette).
 
 Streaming sends one SSE chunk per token as the engine produces it; a client that goes away
-aborts its request so the engine frees its KV blocks. Bad input gets OpenAI-style 400/404.
+aborts its request so the engine frees its KV blocks. Bad input gets OpenAI-style 400/404;
+a non-zero `priority` needs --scheduling-policy priority, as in vLLM. The generated text
+continues its prompt's (see `_prompt`), so a request the gateway preempts and resumes with
+the text so far reads exactly as if it had run alone.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from burstguard.emulator.protocol import (
     CompletionRequest,
     parse_request,
 )
-from burstguard.emulator.tokens import FILLER_PIECES, count_chat_tokens, count_tokens, filler_text
-from burstguard.engine.core import EngineCore, RequestRejected
+from burstguard.emulator.tokens import CHAT_REPLY_TOKENS, FILLER_PIECES, count_tokens, filler_text
+from burstguard.engine.core import EngineCore, RequestRejected, check_priority
 from burstguard.hangup import until_hangup
 
 
@@ -37,19 +40,29 @@ def _error(exc: ApiError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status)
 
 
-def _prompt_tokens(req: ChatCompletionRequest | CompletionRequest, chat_extra: int) -> int:
-    """The engine's prompt count; a chat request adds the profile's chat template tokens."""
+def _prompt(req: ChatCompletionRequest | CompletionRequest, chat_extra: int) -> tuple[int, int]:
+    """(the engine's prompt tokens, where the output text starts). A chat request adds the
+    profile's chat template tokens, and the reply header unless `add_generation_prompt` is
+    off. The output is filler text that continues from the prompt's content tokens, so a
+    request resumed with the text so far (completions: prompt + text; chat: a final
+    assistant message with `continue_final_message`) goes on with the same text."""
     if isinstance(req, ChatCompletionRequest):
-        return count_chat_tokens([m.model_dump() for m in req.messages]) + chat_extra
-    prompt = req.prompt
-    if isinstance(prompt, str):
-        return count_tokens(prompt)
-    if all(isinstance(p, int) for p in prompt):
-        return len(prompt)
-    if len(prompt) != 1:
+        if req.continue_final_message and req.messages[-1].role != "assistant":
+            raise ApiError(400, "continue_final_message: the last message must be the "
+                           "assistant's", param="continue_final_message")  # fmt: skip
+        if req.continue_final_message and req.add_generation_prompt:
+            raise ApiError(400, "continue_final_message and add_generation_prompt cannot "
+                           "both be true", param="add_generation_prompt")  # fmt: skip
+        tokens = req.prompt_tokens() + chat_extra
+        if not req.add_generation_prompt:
+            tokens -= CHAT_REPLY_TOKENS
+        return tokens, sum(count_tokens(m.text) for m in req.messages)
+    prompts = req.prompts()
+    if len(prompts) != 1:
         raise ApiError(400, "prompt: only one prompt per request is served", param="prompt")
-    only = prompt[0]
-    return count_tokens(only) if isinstance(only, str) else len(only)
+    only = prompts[0]
+    tokens = count_tokens(only) if isinstance(only, str) else len(only)
+    return tokens, tokens
 
 
 class EmulatorApp:
@@ -64,7 +77,7 @@ class EmulatorApp:
         self.metrics = EmulatorMetrics(model_name, lambda: core.stats)
         self.driver = EngineDriver(core, self.metrics, speedup=speedup)
 
-    async def _parse(self, request: Request, kind: str) -> tuple[Any, int, int, int]:
+    async def _parse(self, request: Request, kind: str) -> tuple[Any, int, int, int, int]:
         try:
             payload = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -76,16 +89,23 @@ class EmulatorApp:
                 f"`{self.model_name}`", type_="NotFoundError", code="model_not_found",
                 param="model",
             )  # fmt: skip
-        prompt = _prompt_tokens(req, self.core.profile.chat_template_tokens)
+        if req.n != 1:
+            raise ApiError(400, "n: only n=1 is served", param="n")
+        try:
+            check_priority(self.core.config, req.priority or 0)
+        except RequestRejected as exc:
+            raise ApiError(400, str(exc), param="priority") from None
+        prompt, start = _prompt(req, self.core.profile.chat_template_tokens)
         limit = self.core.max_model_len
-        max_tokens = req.requested_max_tokens or max(1, limit - prompt)
+        max_tokens = req.output_limit() or max(1, limit - prompt)
         if prompt + max_tokens > limit:
             raise ApiError(
                 400, f"prompt ({prompt} tokens) + max_tokens ({max_tokens}) exceeds the "
                 f"maximum context length {limit}", code="context_length_exceeded",
                 param="max_tokens",
             )  # fmt: skip
-        return req, prompt, max_tokens, self.lengths.output_tokens(max_tokens, req.ignore_eos)
+        output = self.lengths.output_tokens(max_tokens, req.ignore_eos)
+        return req, prompt, max_tokens, output, start
 
     async def completions(self, request: Request) -> Response:
         return await self._generate(request, "completion")
@@ -95,17 +115,17 @@ class EmulatorApp:
 
     async def _generate(self, request: Request, kind: str) -> Response:
         try:
-            req, prompt, max_tokens, output = await self._parse(request, kind)
+            req, prompt, max_tokens, output, start = await self._parse(request, kind)
         except ApiError as exc:
             return _error(exc)
-        handle = self.driver.submit(prompt, max_tokens, output, priority=req.priority)
+        handle = self.driver.submit(prompt, max_tokens, output, priority=req.priority or 0)
         first = await handle.queue.get()
         if isinstance(first, RequestRejected):
             return _error(ApiError(400, str(first), code="request_rejected"))
         rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
         if req.stream:
             return StreamingResponse(
-                self._stream(kind, rid, handle, first, prompt, req.include_usage),
+                self._stream(kind, rid, handle, first, prompt, start, req.include_usage),
                 media_type="text/event-stream",
             )
         collect = asyncio.ensure_future(_count_tokens(handle, first))
@@ -121,7 +141,7 @@ class EmulatorApp:
         if not finished:
             return Response(status_code=499)  # nobody reads it; nginx's "client closed"
         produced = collect.result()
-        text = filler_text(produced)
+        text = filler_text(produced, start)
         usage = _usage(prompt, produced)
         base = {"id": rid, "created": int(time.time()), "model": self.model_name, "usage": usage}
         if kind == "chat":
@@ -132,8 +152,9 @@ class EmulatorApp:
         return JSONResponse({**base, "object": "text_completion", "choices": [choice]})
 
     async def _stream(
-        self, kind: str, rid: str, handle: RequestHandle, first: Any, prompt: int, usage: bool
-    ) -> AsyncIterator[bytes]:
+        self, kind: str, rid: str, handle: RequestHandle, first: Any, prompt: int, start: int,
+        usage: bool,
+    ) -> AsyncIterator[bytes]:  # fmt: skip
         created = int(time.time())
         obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
         head = f'{{"id":"{rid}","object":"{obj}","created":{created},"model":"{self.model_name}"'
@@ -159,7 +180,8 @@ class EmulatorApp:
             if kind == "chat":
                 yield chunk("", None, role=True)
             while item is not None:
-                pieces = [FILLER_PIECES[(produced + k) % len(FILLER_PIECES)] for k in range(item)]
+                at = start + produced
+                pieces = [FILLER_PIECES[(at + k) % len(FILLER_PIECES)] for k in range(item)]
                 produced += item
                 yield b"".join(chunk(p, None) for p in pieces)
                 item = await handle.queue.get()

@@ -90,12 +90,13 @@ def count_chat_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
     return total
 
 
-def filler_text(n_tokens: int) -> str:
-    """A text that `count_tokens` counts as exactly `n_tokens` (for synthetic prompts)."""
+def filler_text(n_tokens: int, start: int = 0) -> str:
+    """A text that `count_tokens` counts as exactly `n_tokens` (for synthetic prompts);
+    `start`: the piece to begin with (the emulator's outputs continue their prompt's)."""
     if n_tokens <= 0:
         return ""
     pieces = len(FILLER_PIECES)
-    return "".join(FILLER_PIECES[i % pieces] for i in range(n_tokens))
+    return "".join(FILLER_PIECES[(start + i) % pieces] for i in range(n_tokens))
 
 
 def chat_content_for(target_prompt_tokens: int) -> str:

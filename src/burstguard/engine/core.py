@@ -24,11 +24,21 @@ __all__ = [
     "EngineStats",
     "RequestRejected",
     "StepResult",
+    "check_priority",
 ]
 
 
 class RequestRejected(ValueError):
     """The request can never run here (too long for max_model_len, or malformed)."""
+
+
+def check_priority(config: EngineConfig, priority: int) -> None:
+    """vLLM's rule at its API: a non-zero `priority` needs --scheduling-policy priority."""
+    if priority != 0 and config.scheduling_policy != "priority":
+        raise RequestRejected(
+            f"Got priority {priority} but Priority scheduling is not enabled "
+            "(start the engine with --scheduling-policy priority)"
+        )
 
 
 @dataclass(frozen=True, slots=True)

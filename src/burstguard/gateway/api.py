@@ -1,89 +1,30 @@
-"""The OpenAI-compatible surface the gateway accepts: request models, errors, OpenAPI schema.
+"""The OpenAI-compatible surface the gateway accepts: parsing, errors, OpenAPI schema.
 
-Only the fields admission needs are validated (model, messages/prompt, max_tokens, stream);
-prompt tokens are counted with burstguard's one token rule (burstguard.emulator.tokens);
-everything else is passed to the backend untouched, so vLLM's extra fields keep working.
-The OpenAPI document is generated from the same models, so schemathesis fuzzes exactly what
-the server validates.
+The request models are burstguard's one schema (`burstguard.schema`, shared with the
+emulator): the fields admission needs are validated, prompt tokens are counted with the
+one token rule, everything else is passed to the backend untouched, so vLLM's extra fields
+(and token-id prompts) keep working. The OpenAPI document is generated from the same
+models, so schemathesis fuzzes exactly what the server validates.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 from pydantic.json_schema import models_json_schema
 
-from burstguard.emulator.tokens import count_chat_tokens, count_tokens
+from burstguard.schema import ChatCompletionRequest, CompletionRequest, GenerationRequest
 
-_MAX_TOKENS_LIMIT = 1 << 20
-
-
-class _Loose(BaseModel):
-    """Unknown fields are kept (and forwarded); the schema still lists the known ones."""
-
-    model_config = ConfigDict(extra="allow", json_schema_extra={"additionalProperties": False})
-
-
-class ContentPart(_Loose):
-    type: str = Field(min_length=1)
-    text: str | None = None
-
-
-class ChatMessage(_Loose):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
-
-
-class StreamOptions(_Loose):
-    include_usage: bool | None = None
-
-
-class _Generation(_Loose):
-    model: str = Field(min_length=1, max_length=256)
-    max_tokens: int | None = Field(None, ge=1, le=_MAX_TOKENS_LIMIT)
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    user: str | None = Field(None, max_length=256)
-    priority: int | None = Field(None, ge=-(1 << 31), le=(1 << 31) - 1)
-
-
-class ChatCompletionRequest(_Generation):
-    """POST /v1/chat/completions."""
-
-    messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1, le=_MAX_TOKENS_LIMIT)
-
-    def output_limit(self) -> int | None:
-        return self.max_completion_tokens or self.max_tokens
-
-    def prompt_tokens(self) -> int:
-        return count_chat_tokens({"content": _text(m.content)} for m in self.messages)
-
-
-class CompletionRequest(_Generation):
-    """POST /v1/completions."""
-
-    prompt: str | list[str] = Field(min_length=1)
-
-    def output_limit(self) -> int | None:
-        return self.max_tokens
-
-    def prompt_tokens(self) -> int:
-        texts = [self.prompt] if isinstance(self.prompt, str) else self.prompt
-        return max(1, sum(count_tokens(t) for t in texts))
-
-
-GenerationRequest = ChatCompletionRequest | CompletionRequest
-
-
-def _text(content: str | list[ContentPart] | None) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    return "".join(p.text or "" for p in content)
+__all__ = [
+    "BadRequest",
+    "ChatCompletionRequest",
+    "CompletionRequest",
+    "GenerationRequest",
+    "openapi_schema",
+    "parse_request",
+]
 
 
 def parse_request(model: type[GenerationRequest], body: bytes) -> GenerationRequest:

@@ -24,13 +24,20 @@ class BackendConfig(_Strict):
     """One upstream engine (vLLM, SGLang, llama.cpp or the emulator)."""
 
     url: str = Field(min_length=1, description="base URL, e.g. http://127.0.0.1:8000")
-    model: str | None = Field(None, description="model name served there (None: any)")
-    max_in_flight: int | None = Field(None, ge=1, description="per-backend request cap")
-    max_in_flight_tokens: int | None = Field(None, ge=1, description="per-backend token cap")
     metrics_url: str | None = Field(None, description="Prometheus /metrics (None: url/metrics)")
     connect_timeout_s: float = Field(5.0, gt=0, description="TCP connect timeout")
     read_timeout_s: float = Field(
         600.0, gt=0, description="longest silence from the backend (headers or between chunks)"
+    )
+    forward_priority: bool = Field(
+        False,
+        description="send the class rank as vLLM's `priority` (the engine must run "
+        "--scheduling-policy priority: vLLM refuses a non-zero priority otherwise)",
+    )
+    resume: bool = Field(
+        False,
+        description="the backend continues a text it is given (vLLM, the emulator: completions "
+        "prompt + text so far, chat `continue_final_message`): the gateway may preempt",
     )
 
 
@@ -55,7 +62,17 @@ class ClassConfig(_Strict):
         None, gt=0, description="aging bound: after this wait the request goes ahead of all classes"
     )
     max_in_flight_fraction: float = Field(
-        1.0, gt=0, le=1, description="share of the in-flight caps this class may fill"
+        1.0,
+        gt=0,
+        le=1,
+        description="share of the in-flight caps this class's own requests may fill",
+    )
+    preemptible: bool = Field(
+        False, description="a waiting request of a better class may preempt one of this class"
+    )
+    max_preemptions: int = Field(2, ge=0, description="preemptions per request at most")
+    min_run_s: float = Field(
+        0.0, ge=0, description="a request runs at least this long before it may be preempted"
     )
 
 
@@ -145,7 +162,14 @@ class GatewayConfig(_Strict):
     tenant_header: str = "x-burstguard-tenant"
     default_class: str = "standard"
     default_tenant: str = "default"
-    scrape_interval_s: float = Field(0.25, gt=0)
+    scrape_interval_s: float = Field(0.25, gt=0, description="wall seconds between scrapes")
+    engine_speedup: float = Field(
+        1.0,
+        gt=0,
+        description="policy times (classes, admission) are seconds of engine time; against "
+        "an emulator at --speedup S set S: the live gateway's clock then runs S x wall time, "
+        "so the sim and the live gateway read this file the same way",
+    )
     log_requests: bool = Field(True, description="one JSON log line per request")
     stream_flush_ms: float = Field(
         10.0, ge=0, le=1000,

@@ -1,9 +1,24 @@
 """GatewayCore: the gateway's decisions as a pure state machine (one core, two clocks).
 
 The asyncio server drives it with the real clock, `burstguard sim --gateway` with a
-virtual one; every method takes `now` and nothing here reads a clock or awaits. A request
-`submit`ted and accepted ends in exactly one outcome — completed, rejected (evicted or
-past its deadline), cancelled, or failed — and `stats` counts them by class.
+virtual one, both through one protocol: `handle(event, now)` returns the effects to carry
+out (`gateway.events`), so no shell decides when to release, shed, expire or preempt.
+Nothing here reads a clock or awaits. A request that arrives ends in exactly one outcome —
+completed, rejected (at once, evicted or past its deadline), cancelled, or failed — and
+`stats` counts them by class.
+
+Release is work-conserving: a class may fill every free slot while no better class
+waits; its `max_in_flight_fraction` counts only its own requests in flight, and a
+request past its class's aging bound (`max_wait_s`) is released even when that cap would
+refuse it. Filling free slots with long batch jobs would leave a burst after an idle gap
+no slot (vLLM frees a slot only when a request ends: it preempts for KV blocks, never for
+a slot), so the gateway preempts itself: when a request of a better class waits and no
+slot is free, the in-flight request of a `preemptible` class that has produced the
+fewest tokens is preempted (`Preempt`: the shell closes its upstream, the engine frees
+its KV) and requeued at its original arrival; its later `Release` is marked `resumed`,
+and the shell continues the client's answer where it stopped. In continuous batching
+every running request decodes one token per step, so "fewest tokens" is "latest first
+token" (none yet: fewest of all), which the core knows from `FirstToken` events alone.
 """
 
 from __future__ import annotations
@@ -19,6 +34,20 @@ from burstguard.gateway.admission import (
     estimate_wait,
 )
 from burstguard.gateway.config import ClassConfig, GatewayConfig
+from burstguard.gateway.events import (
+    Arrive,
+    Cancel,
+    Effect,
+    Event,
+    Fail,
+    Finish,
+    FirstToken,
+    Preempt,
+    Reject,
+    Release,
+    Scrape,
+    Tick,
+)
 from burstguard.gateway.policies import Picker, order_key
 from burstguard.gateway.predictor import OutputPredictor
 from burstguard.gateway.queue import ClassQueue, GatewayQueue
@@ -27,7 +56,7 @@ from burstguard.gateway.request import BackendState, Entry, GatewayRequest
 __all__ = ["Admission", "BackendState", "GatewayCore", "GatewayRequest", "GatewayStats"]
 
 OUTCOMES = ("completed", "rejected", "cancelled", "failed")
-# how often a driver (the live server, the simulator) dispatches and expires deadlines
+# how often a driver (the live server, the simulator) sends `Tick`, in wall seconds
 TICK_S = 0.05
 
 
@@ -43,8 +72,6 @@ class Admission:
     reason: str | None = None
     retry_after_s: float | None = None
     evicted: tuple[GatewayRequest, ...] = ()
-    estimated_wait_s: float = 0.0
-    predicted_output_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +88,11 @@ class GatewayStats:
     outcomes: dict[str, dict[str, int]]  # class -> outcome -> count
     rejections: dict[str, int]  # reason -> count
     ttft_slo: dict[str, tuple[int, int]] = field(default_factory=dict)  # class -> (met, seen)
+    preemptions: dict[str, int] = field(default_factory=dict)  # class -> count
 
 
 class GatewayCore:
-    """Queue, order, admit and shed; see the module docstrings of the parts for the why."""
+    """Queue, order, admit, shed and preempt; see the module docstrings of the parts."""
 
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
@@ -73,16 +101,63 @@ class GatewayCore:
         self._picker = Picker(config.policy, self._queue)
         self._predictor = OutputPredictor(config.predictor)
         self._rate = ServiceRate(self._adm.rate_half_life_s, self._adm.initial_service_rate)
-        self._limits = InFlightLimits(self._adm, config.scrape_interval_s)
+        interval = config.scrape_interval_s * config.engine_speedup  # in the core's clock
+        self._limits = InFlightLimits(self._adm, interval)
         self._inflow = ClassInflow(self._adm.rate_half_life_s)
+        backend = config.backends[0] if config.backends else None
+        self._forward_priority = backend is not None and backend.forward_priority
+        self._can_preempt = backend is not None and backend.resume
+        self._backend: BackendState | None = None
         self._queued: dict[str, Entry] = {}
         self._in_flight: dict[str, Entry] = {}
         self._in_flight_tokens = 0
+        self._class_requests = Counter[str]()  # in flight, per class
+        self._class_tokens = Counter[str]()
+        self._preemptible: dict[str, Entry] = {}  # in flight, of a preemptible class
         self._seq = 0
         self._outcomes = {c.name: Counter[str]() for c in config.classes}
         self._rejections = Counter[str]()
+        self._preemptions = Counter[str]()
         self._ttft: dict[str, list[int]] = {c.name: [0, 0] for c in config.classes}
-        self._return_at = -math.inf  # see _schedule_return
+        self._return_at = {c.name: -math.inf for c in config.classes}  # see _schedule_return
+
+    # -- the driver protocol ----------------------------------------------------------
+
+    def handle(self, event: Event, now: float) -> list[Effect]:
+        """Applies `event` at `now`; the effects to carry out, in order."""
+        out: list[Effect] = []
+        if isinstance(event, Arrive):
+            adm = self.submit(event.req, now)
+            out += (self._shed(v, "evicted", now) for v in adm.evicted)
+            if not adm.accepted:
+                assert adm.reason is not None and adm.retry_after_s is not None
+                out.append(Reject(event.req, adm.reason, adm.retry_after_s))
+                return out
+        elif isinstance(event, Tick):
+            out += (self._shed(r, "deadline", now) for r in self.expire(now))
+        elif isinstance(event, Scrape):
+            self._backend = event.state
+        elif isinstance(event, FirstToken):
+            self.on_first_token(event.request_id, now)
+        elif isinstance(event, Finish):
+            self.on_finish(event.request_id, now, event.output_tokens)
+        elif isinstance(event, Cancel):
+            self.cancel(event.request_id, now)
+        elif isinstance(event, Fail):
+            self.fail(event.request_id, now)
+        out += self.dispatch(now)
+        return out
+
+    def _shed(self, req: GatewayRequest, reason: str, now: float) -> Reject:
+        """A queued request answered 429 with a Retry-After: when a new request of its
+        class would be admitted (its class's expected wait: the drain of the work ahead at
+        the rate left to the class, bounded by aging), booked into the class's return
+        schedule like a rejection at `submit`."""
+        cls = self.config.class_by_name(req.priority_class)
+        cost = req.prompt_tokens + (req.max_tokens or self.config.predictor.default_max_tokens)
+        wait, ahead = self._estimate_wait(cls, now)
+        drain = wait if math.isfinite(wait) else ahead
+        return Reject(req, reason, self._schedule_return(cls, now, drain, cost))
 
     # -- arrivals ---------------------------------------------------------------------
 
@@ -93,19 +168,18 @@ class GatewayCore:
         self._rate.observe(now, self._saturated())
         cls = self.config.class_by_name(req.priority_class)
         predicted = self._predictor.predict(
-            req.max_tokens, req.prompt_tokens, req.tenant, req.route
+            req.max_tokens, req.prompt_tokens, cls.name, req.tenant, req.route
         )
         self._seq += 1
         e = Entry(req, cls, req.tenant or self.config.default_tenant, predicted, self._seq)
         e.key = order_key(self.config.policy, e)
 
-        rate = self._rate.rate
         wait, drain_ahead = self._estimate_wait(cls, now)
         deadline = cls.queue_deadline_s
         if deadline is not None and wait > deadline:
             # with no rate left to its class, the best promise is its backlog's drain time
             drain = wait - deadline if math.isfinite(wait) else drain_ahead
-            return self._reject(e, "deadline", drain, wait, now)
+            return self._reject(e, "deadline", drain, now)
 
         victims = self._victims(e)
         if victims is None:
@@ -117,7 +191,8 @@ class GatewayCore:
                 excess: float = max(excess_t, excess_n * mean_cost)
             else:
                 excess = excess_n
-            return self._reject(e, "queue_full", estimate_wait(excess, rate), wait, now)
+            drain = estimate_wait(excess, self._class_rate(cls, now))
+            return self._reject(e, "queue_full", drain, now)
         for v in victims:
             self._queue.remove(v)
             del self._queued[v.req.id]
@@ -125,29 +200,36 @@ class GatewayCore:
         self._queue.push(e)
         self._queued[req.id] = e
         self._inflow.add(now, cls.rank, self._work(e.cost))
-        return Admission(
-            True,
-            evicted=tuple(v.req for v in victims),
-            estimated_wait_s=wait,
-            predicted_output_tokens=predicted,
-        )
+        return Admission(True, evicted=tuple(v.req for v in victims))
 
     def _work(self, cost: float) -> float:
         return cost if self._adm.rate_unit == "tokens" else 1.0
 
+    def _class_rate(self, cls: ClassConfig, now: float) -> float | None:
+        """The service rate left to `cls`: the measured rate less the inflow of the classes
+        that pass it under strict priority (at least 5% of the rate)."""
+        rate = self._rate.rate
+        if not rate or not self.config.policy.priority:
+            return rate
+        return max(rate - self._inflow.above(now, cls.rank), 0.05 * rate)
+
     def _estimate_wait(self, cls: ClassConfig, now: float) -> tuple[float, float]:
         """(expected wait of a newcomer of `cls`, time its work ahead drains at the full
         rate). Strict priority: classes above pass it while it waits (their inflow comes
-        off the rate), until aging (`max_wait_s`) puts it ahead of everyone."""
+        off the rate); aging (`max_wait_s`) bounds that: once aged it goes first, behind
+        only the older requests of its own class, at the full rate."""
         strict = self.config.policy.priority
+        unit = self._adm.rate_unit
         n, t = self._queue.tokens_ahead(cls.rank, strict)
-        work, rate = (t if self._adm.rate_unit == "tokens" else n), self._rate.rate
+        work, rate = (t if unit == "tokens" else n), self._rate.rate
         ahead = estimate_wait(work, rate)
         if not strict:
             return ahead, ahead
         wait = estimate_wait(work, rate, self._inflow.above(now, cls.rank))
-        if cls.max_wait_s is not None and wait > cls.max_wait_s:
-            wait = max(ahead, cls.max_wait_s)
+        if cls.max_wait_s is not None:
+            own = self._queue.of(cls.name)
+            own_work = own.tokens if unit == "tokens" else own.count
+            wait = min(wait, cls.max_wait_s + estimate_wait(own_work, rate))
         return wait, ahead
 
     def _victims(self, new: Entry) -> list[Entry] | None:
@@ -172,59 +254,129 @@ class GatewayCore:
             return None
         return victims
 
-    def _reject(self, e: Entry, reason: str, drain_s: float, wait: float, now: float) -> Admission:
+    def _reject(self, e: Entry, reason: str, drain_s: float, now: float) -> Admission:
         self._outcomes[e.cls.name]["rejected"] += 1
         self._rejections[reason] += 1
-        retry = self._schedule_return(now, drain_s, e.cost)
-        return Admission(False, reason, retry, (), wait, e.predicted_output)
+        return Admission(False, reason, self._schedule_return(e.cls, now, drain_s, e.cost))
 
-    def _schedule_return(self, now: float, drain_s: float, cost: float) -> float:
-        """Retry-After for a shed request: after the excess drains *and* after the clients
-        already told to come back have been served, so a burst of 429s does not send every
-        client back at the same instant (and into a second rejection).
+    def _schedule_return(self, cls: ClassConfig, now: float, drain_s: float, cost: float) -> float:
+        """Retry-After for a shed request of `cls`: after its class's excess drains *and*
+        after the clients of its class already told to come back have been served, so a
+        burst of 429s does not send every client back at the same instant (and into a
+        second rejection).
 
-        `_return_at` is when the last client told to retry is expected back plus its own
-        service time; each rejection extends it by its work at the measured rate. Without a
-        measured rate (and no `initial_service_rate`) this is the minimum Retry-After.
+        Per class: interactive clients are not told to wait behind a batch backlog they
+        will pass. `_return_at[cls]` is when the last client of the class told to retry is
+        expected back plus its own service time at the rate left to its class. The spread
+        covers one queue deadline of the class past its drain at most: in a sustained
+        overload new arrivals take the class's rate too, and a promise further out than
+        the queue can hold would only grow without bound (it is no longer a drain time).
+        Without a measured rate (and no `initial_service_rate`) this is the minimum.
         """
-        rate = self._rate.rate
+        rate = self._class_rate(cls, now)
         own = self._work(cost) / rate if rate else 0.0
-        at = max(now + drain_s, self._return_at) + own
-        self._return_at = at
+        horizon = cls.queue_deadline_s if cls.queue_deadline_s is not None else drain_s
+        at = min(max(now + drain_s, self._return_at[cls.name]) + own, now + drain_s + horizon)
+        self._return_at[cls.name] = at
         return max(self._adm.min_retry_after_s, at - own - now)
 
-    # -- dispatch ---------------------------------------------------------------------
+    # -- release and preemption -------------------------------------------------------
 
-    def dispatch(self, now: float, backend: BackendState | None = None) -> list[GatewayRequest]:
-        """Requests to release to the backend now, best first, while the caps leave room."""
-        self._limits.observe(now, backend, len(self._in_flight), self._in_flight_tokens)
-        out: list[GatewayRequest] = []
+    def dispatch(self, now: float) -> list[Effect]:
+        """Releases (and the preemptions that make room) allowed now, best first."""
+        self._limits.observe(now, self._backend, len(self._in_flight), self._in_flight_tokens)
+        out: list[Effect] = []
         blocked: set[str] = set()
         lim = self._limits
 
-        def allowed(q: ClassQueue) -> bool:
-            if q.cls.name in blocked:
+        def allowed(q: ClassQueue, aged: bool) -> bool:
+            if q.cls.name in blocked or len(self._in_flight) >= max(1.0, lim.requests):
                 return False
-            return len(self._in_flight) < max(1.0, q.cls.max_in_flight_fraction * lim.requests)
+            own = max(1.0, q.cls.max_in_flight_fraction * lim.requests)
+            return aged or self._class_requests[q.cls.name] < own
 
         while self._queue.count:
             e = self._picker.next(now, allowed)
             if e is None:
                 lim.bound = True
+                if self._can_preempt and self._preempt_for_better(now, out):
+                    continue
                 break
-            budget = e.cls.max_in_flight_fraction * lim.tokens
-            if self._in_flight and self._in_flight_tokens + e.cost > budget:
+            if not self._fits_tokens(e, now):
                 blocked.add(e.cls.name)  # other classes may still fit
                 lim.bound = True
                 continue
-            self._queue.remove(e)
-            del self._queued[e.req.id]
-            self._in_flight[e.req.id] = e
-            self._in_flight_tokens += e.cost
-            self._picker.fairness(e.cls.name).charge(e.tenant, e.cost)
-            out.append(e.req)
+            self._release(e, now, out)
         self._rate.observe(now, self._saturated())
         return out
+
+    def _fits_tokens(self, e: Entry, now: float) -> bool:
+        lim, cls = self._limits, e.cls
+        if self._in_flight and self._in_flight_tokens + e.cost > lim.tokens:
+            return False
+        aged = cls.max_wait_s is not None and now - e.req.arrival_s >= cls.max_wait_s
+        mine = self._class_tokens[cls.name]
+        return aged or not mine or mine + e.cost <= cls.max_in_flight_fraction * lim.tokens
+
+    def _release(self, e: Entry, now: float, out: list[Effect]) -> None:
+        self._queue.remove(e)
+        del self._queued[e.req.id]
+        self._in_flight[e.req.id] = e
+        self._in_flight_tokens += e.cost
+        self._class_requests[e.cls.name] += 1
+        self._class_tokens[e.cls.name] += e.cost
+        if e.cls.preemptible:
+            self._preemptible[e.req.id] = e
+        e.released_at = now
+        self._picker.fairness(e.cls.name).charge(e.tenant, e.cost)
+        priority = e.cls.rank if self._forward_priority else None
+        out.append(Release(e.req, priority, resumed=e.preemptions > 0))
+
+    def _preempt_for_better(self, now: float, out: list[Effect]) -> bool:
+        """With every slot taken: the best class that waits (and its own cap admits) takes
+        the slot of a preemptible request of a worse class; False when none can."""
+        lim = self._limits
+        if len(self._in_flight) < max(1.0, lim.requests):
+            return False  # a slot is free: what waits is held by its own class cap
+        for q in self._queue.classes:
+            if not q.count:
+                continue
+            if self._class_requests[q.cls.name] >= max(
+                1.0, q.cls.max_in_flight_fraction * lim.requests
+            ):
+                continue
+            victim = self._victim(q.cls.rank, now)
+            if victim is None:
+                return False  # a worse class finds fewer victims still
+            waiting = self._picker.fairness(q.cls.name).pick(q)
+            self._unrelease(victim)
+            victim.preemptions += 1
+            self._preemptions[victim.cls.name] += 1
+            victim.alive = True
+            self._queue.push(victim)
+            self._queued[victim.req.id] = victim
+            out.append(Preempt(victim.req))
+            self._release(waiting, now, out)
+            return True
+        return False
+
+    def _victim(self, rank: int, now: float) -> Entry | None:
+        """The preemptible request of a class worse than `rank` with the fewest tokens out
+        (no first token yet, else the latest first token; ties: worst class, latest
+        release), that has run `min_run_s` and has preemptions left."""
+        best: Entry | None = None
+        best_key: tuple[float, int, float] = (-math.inf, 0, 0.0)
+        for e in self._preemptible.values():
+            c = e.cls
+            if c.rank <= rank or e.preemptions >= c.max_preemptions or not e.req.resumable:
+                continue
+            released = e.released_at if e.released_at is not None else now
+            if now - released < c.min_run_s:
+                continue
+            key = (math.inf if e.first_token_at is None else e.first_token_at, c.rank, released)
+            if best is None or key > best_key:
+                best, best_key = e, key
+        return best
 
     def _saturated(self) -> bool:
         return self._queue.count > 0
@@ -232,10 +384,13 @@ class GatewayCore:
     # -- lifecycle events -------------------------------------------------------------
 
     def on_first_token(self, request_id: str, now: float) -> bool:
-        """Records TTFT against the class target; False for an unknown id."""
+        """Records TTFT against the class target (once per request); False: unknown id."""
         e = self._in_flight.get(request_id)
         if e is None:
             return False
+        if e.first_token_at is not None:
+            return True  # a resumed request: its client saw its first token long ago
+        e.first_token_at = now
         slo = self._ttft[e.cls.name]
         slo[1] += 1
         target = e.cls.ttft_target_s
@@ -244,14 +399,22 @@ class GatewayCore:
         return True
 
     def on_finish(self, request_id: str, now: float, output_tokens: int) -> bool:
-        """A dispatched request completed with `output_tokens`; frees its budget, learns."""
+        """The request completed with `output_tokens` (all its client received); frees its
+        budget, learns. A preempted request whose answer ended before its upstream closed
+        completes from the queue."""
         e = self._in_flight.get(request_id)
         if e is None:
-            return False
+            e = self._queued.pop(request_id, None)
+            if e is None:
+                return False
+            self._queue.remove(e)
+        else:
+            self._unrelease(e)
         self._rate.observe(now, self._saturated())
-        self._release(e)
         r = e.req
-        self._predictor.observe(r.max_tokens, r.prompt_tokens, r.tenant, r.route, output_tokens)
+        self._predictor.observe(
+            r.max_tokens, r.prompt_tokens, e.cls.name, r.tenant, r.route, output_tokens
+        )
         self._picker.fairness(e.cls.name).charge(e.tenant, output_tokens - e.predicted_output)
         work = r.prompt_tokens + output_tokens if self._adm.rate_unit == "tokens" else 1
         self._rate.on_finish(now, work)
@@ -274,7 +437,7 @@ class GatewayCore:
             e = self._in_flight.get(request_id)
             if e is None:
                 return False
-            self._release(e)
+            self._unrelease(e)
         self._rate.observe(now, self._saturated())
         self._end(e, outcome)
         return True
@@ -289,25 +452,12 @@ class GatewayCore:
             self._rate.observe(now, self._saturated())
         return [e.req for e in gone]
 
-    def retry_after(
-        self, request_class: str | None, now: float | None = None, cost: float = 0.0
-    ) -> float:
-        """Seconds until the backlog ahead of a new request of this class drains (for 429s).
-
-        With `now`, the answer is a promise: the request (of `cost` tokens) is booked into
-        the return schedule like a rejection at `submit` (see `_schedule_return`).
-        """
-        cls = self.config.class_by_name(request_class)
-        n, t = self._queue.tokens_ahead(cls.rank, self.config.policy.priority)
-        work = t if self._adm.rate_unit == "tokens" else n
-        drain = estimate_wait(work, self._rate.rate)
-        if now is None:
-            return max(self._adm.min_retry_after_s, drain)
-        return self._schedule_return(now, drain, cost)
-
-    def _release(self, e: Entry) -> None:
+    def _unrelease(self, e: Entry) -> None:
         del self._in_flight[e.req.id]
         self._in_flight_tokens -= e.cost
+        self._class_requests[e.cls.name] -= 1
+        self._class_tokens[e.cls.name] -= e.cost
+        self._preemptible.pop(e.req.id, None)
 
     def _end(self, e: Entry, outcome: str, reason: str | None = None) -> None:
         self._outcomes[e.cls.name][outcome] += 1
@@ -329,4 +479,5 @@ class GatewayCore:
             outcomes={c: {o: n[o] for o in OUTCOMES} for c, n in self._outcomes.items()},
             rejections=dict(self._rejections),
             ttft_slo={c: (m, s) for c, (m, s) in self._ttft.items()},
+            preemptions={c.name: self._preemptions[c.name] for c in self.config.classes},
         )

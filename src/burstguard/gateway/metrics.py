@@ -202,6 +202,18 @@ class GatewayMetrics:
         self.output_tokens = Counter(
             "burstguard_output_tokens", "Output tokens streamed to clients", ["class"], registry=r
         )
+        self.preemptions = Counter(
+            "burstguard_preemptions",
+            "In-flight requests the gateway preempted for a better class (each resumed later)",
+            ["class"],
+            registry=r,
+        )
+        self.reprefill_tokens = Counter(
+            "burstguard_reprefill_tokens",
+            "Tokens sent again to resume preempted requests (prompt + text so far): the "
+            "prefill work preemption costs",
+            registry=r,
+        )
         self.queue_wait = Histogram(
             "burstguard_queue_wait_seconds",
             "Time from arrival to release to the backend",

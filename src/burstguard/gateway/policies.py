@@ -5,7 +5,8 @@ Three orthogonal choices (config `policy`), each a trade-off:
 - Between classes — `priority: true`: strict priority by class rank. Interactive never
   waits behind batch, at the price that batch can starve under sustained load; the aging
   bound `max_wait_s` caps that: a request that waited that long goes ahead of every class
-  (oldest promotion deadline first). `priority: false`: one shared order for all classes.
+  (oldest promotion deadline first), and its class's own in-flight cap no longer holds it
+  back (only the total cap does). `priority: false`: one shared order for all classes.
 - Within a class — `order: fcfs` (arrival order: predictable, no starvation, but a burst
   of long jobs delays every short one behind it) or `order: spjf` (shortest predicted job
   first: minimises mean wait when predictions are right; long jobs wait longer). SPJF ages:
@@ -31,6 +32,9 @@ from typing import Protocol
 from burstguard.gateway.config import PolicyConfig
 from burstguard.gateway.queue import ClassQueue, GatewayQueue
 from burstguard.gateway.request import Entry
+
+Allowed = Callable[[ClassQueue, bool], bool]
+"""Whether a class may release now; the flag says its candidate is aged (past max_wait_s)."""
 
 
 def order_key(policy: PolicyConfig, e: Entry) -> float:
@@ -141,25 +145,25 @@ class Picker:
     def fairness(self, class_name: str) -> Fairness:
         return self._fair[class_name]
 
-    def next(self, now: float, allowed: Callable[[ClassQueue], bool]) -> Entry | None:
+    def next(self, now: float, allowed: Allowed) -> Entry | None:
         """The entry to dispatch next among classes that `allowed` admits, or None."""
         aged = self._aged(now, allowed)
         if aged is not None:
             return aged
         if self._policy.priority:
             for q in self._queue.classes:
-                if q.count and allowed(q):
+                if q.count and allowed(q, False):
                     return self._fair[q.cls.name].pick(q)
             return None
         return self._pick_shared(allowed)
 
-    def _aged(self, now: float, allowed: Callable[[ClassQueue], bool]) -> Entry | None:
+    def _aged(self, now: float, allowed: Allowed) -> Entry | None:
         """The queued entry most overdue past its class's aging bound, if any."""
         best: Entry | None = None
         best_due = 0.0
         for q in self._queue.classes:
             bound = q.cls.max_wait_s
-            if bound is None or not q.count or not allowed(q):
+            if bound is None or not q.count or not allowed(q, True):
                 continue
             e = q.oldest()
             assert e is not None
@@ -168,11 +172,11 @@ class Picker:
                 best, best_due = e, due
         return best
 
-    def _pick_shared(self, allowed: Callable[[ClassQueue], bool]) -> Entry | None:
+    def _pick_shared(self, allowed: Allowed) -> Entry | None:
         """No class priority: each allowed class proposes, the best key wins."""
         best: Entry | None = None
         for q in self._queue.classes:
-            if q.count and allowed(q):
+            if q.count and allowed(q, False):
                 e = self._fair[q.cls.name].pick(q)
                 if best is None or (e.key, e.seq) < (best.key, best.seq):
                     best = e

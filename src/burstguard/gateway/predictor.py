@@ -1,11 +1,14 @@
 """Predicted output length: what SPJF sorts by and what the in-flight token budget charges.
 
 max_tokens is an upper bound, usually a loose one: chat clients send 4096 and get 300 back.
-So the predictor learns, per (tenant, route, prompt-length bucket), the share of max_tokens
-that requests actually used (an EWMA), and falls back to coarser keys — (tenant, route),
-tenant, everyone — while a key has too few samples. The prompt enters through its
-length bucket: long-context requests (summaries, code review) answer differently from
-short chat turns of the same tenant.
+So the predictor learns, per (class, tenant, route, prompt-length bucket), the share of
+max_tokens that requests actually used (an EWMA), and falls back to coarser keys — (class,
+tenant, route), (class, tenant), class, everyone — while a key has too few samples. The
+class comes first: an interactive chat turn and a batch job of the same tenant answer at
+very different lengths (one shared history predicted a 70/30 mix's interactive requests at
+4.3x and its batch at 0.39x their actual lengths). The prompt enters through its length
+bucket: long-context requests (summaries, code review) answer differently from short chat
+turns of the same class.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 
 from burstguard.gateway.config import PredictorConfig
 
-_Key = tuple[str | None, str | None, int | None]
+_Key = tuple[str | None, str | None, str | None, int | None]
 
 
 @dataclass(slots=True)
@@ -30,7 +33,7 @@ def prompt_bucket(prompt_tokens: int) -> int:
 
 
 class OutputPredictor:
-    """Running per-tenant/route history of used/max_tokens ratios, with fallback keys."""
+    """Running per-class/tenant/route history of used/max_tokens ratios, with fallbacks."""
 
     def __init__(self, config: PredictorConfig) -> None:
         self._cfg = config
@@ -38,17 +41,30 @@ class OutputPredictor:
         self._hist: dict[_Key, _Ewma] = {}
 
     @staticmethod
-    def _keys(tenant: str | None, route: str | None, prompt_tokens: int) -> tuple[_Key, ...]:
+    def _keys(
+        cls: str | None, tenant: str | None, route: str | None, prompt_tokens: int
+    ) -> tuple[_Key, ...]:
         b = prompt_bucket(prompt_tokens)
-        return ((tenant, route, b), (tenant, route, None), (tenant, None, None), (None, None, None))
+        return (
+            (cls, tenant, route, b),
+            (cls, tenant, route, None),
+            (cls, tenant, None, None),
+            (cls, None, None, None),
+            (None, None, None, None),
+        )
 
     def predict(
-        self, max_tokens: int | None, prompt_tokens: int, tenant: str | None, route: str | None
+        self,
+        max_tokens: int | None,
+        prompt_tokens: int,
+        cls: str | None,
+        tenant: str | None,
+        route: str | None,
     ) -> int:
         """Expected output tokens, in [1, max_tokens]."""
         cap = max_tokens if max_tokens and max_tokens > 0 else self._cfg.default_max_tokens
         fraction = self._cfg.default_fraction
-        for key in self._keys(tenant, route, prompt_tokens):
+        for key in self._keys(cls, tenant, route, prompt_tokens):
             h = self._hist.get(key)
             if h is not None and h.count >= self._cfg.min_samples:
                 fraction = h.value
@@ -59,6 +75,7 @@ class OutputPredictor:
         self,
         max_tokens: int | None,
         prompt_tokens: int,
+        cls: str | None,
         tenant: str | None,
         route: str | None,
         output_tokens: int,
@@ -66,7 +83,7 @@ class OutputPredictor:
         """Learns from a finished request's actual output length."""
         cap = max_tokens if max_tokens and max_tokens > 0 else self._cfg.default_max_tokens
         ratio = min(1.0, max(0.0, output_tokens / cap))
-        for key in self._keys(tenant, route, prompt_tokens):
+        for key in self._keys(cls, tenant, route, prompt_tokens):
             h = self._hist.get(key)
             if h is None:
                 h = self._hist[key] = _Ewma(ratio, 0)

@@ -37,7 +37,13 @@ class ClassQueue:
         self.tokens = 0
 
     def push(self, e: Entry) -> None:
-        self._by_arrival.append(e)
+        """Adds `e` in arrival order (a preempted entry goes back to where it arrived)."""
+        q = self._by_arrival
+        if q and q[-1].req.arrival_s > e.req.arrival_s:
+            i = next(i for i, x in enumerate(q) if x.req.arrival_s > e.req.arrival_s)
+            q.insert(i, e)
+        else:
+            q.append(e)
         heapq.heappush(self._heaps.setdefault(e.tenant, []), (e.key, e.seq, e))
         self._per_tenant[e.tenant] = self._per_tenant.get(e.tenant, 0) + 1
         self.count += 1
@@ -78,10 +84,18 @@ class ClassQueue:
         return self._by_arrival[0] if self._by_arrival else None
 
     def newest_first(self) -> Iterator[Entry]:
-        return (e for e in reversed(self._by_arrival) if e.alive)
+        """Entries that may be shed (not preempted ones), newest first."""
+        return (e for e in reversed(self._by_arrival) if e.alive and not e.preemptions)
 
-    def newest(self) -> Entry | None:
-        return self._by_arrival[-1] if self._by_arrival else None
+    def older_than(self, arrival_s: float) -> list[Entry]:
+        """Alive entries that arrived before `arrival_s`, oldest first."""
+        out: list[Entry] = []
+        for e in self._by_arrival:
+            if e.req.arrival_s >= arrival_s:
+                break
+            if e.alive:
+                out.append(e)
+        return out
 
 
 class GatewayQueue:
@@ -107,13 +121,6 @@ class GatewayQueue:
         self.count -= 1
         self.tokens -= e.cost
 
-    def eviction_victim(self) -> Entry | None:
-        """The newest entry of the worst-ranked non-empty class (the one to shed first)."""
-        for q in reversed(self.classes):
-            if q.count:
-                return q.newest()
-        return None
-
     def tokens_ahead(self, rank: int, strict: bool) -> tuple[int, int]:
         """(requests, tokens) that would go before a new arrival of class `rank`."""
         if not strict:
@@ -128,15 +135,15 @@ class GatewayQueue:
 
     def expired(self, now: float) -> list[Entry]:
         """Entries that waited past EXPIRY_FACTOR x their class's queue deadline, removed,
-        oldest first."""
+        oldest first (a preempted entry is not: its client already has part of the answer)."""
         out: list[Entry] = []
         for q in self.classes:
             deadline = q.cls.queue_deadline_s
             if deadline is None:
                 continue
-            limit = EXPIRY_FACTOR * deadline
-            while (e := q.oldest()) is not None and now - e.req.arrival_s > limit:
-                self.remove(e)
-                out.append(e)
+            for e in q.older_than(now - EXPIRY_FACTOR * deadline):
+                if not e.preemptions:
+                    self.remove(e)
+                    out.append(e)
         out.sort(key=lambda e: e.req.arrival_s)
         return out

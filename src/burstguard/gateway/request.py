@@ -22,6 +22,8 @@ class GatewayRequest:
     priority_class: str | None = None
     tenant: str | None = None
     route: str | None = None  # e.g. "/v1/chat/completions" or the model name: predictor key
+    resumable: bool = True  # the shell can continue it after a preemption (a token-id
+    # prompt's stream cannot be continued with text: its class's preemptions skip it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,9 @@ class Entry:
     seq: int
     key: float = 0.0  # ordering key within its class (lower first)
     alive: bool = True  # False once it left the queue (lazy deletion from heaps/deques)
+    released_at: float | None = None  # last release to the backend
+    first_token_at: float | None = None  # the client's first token (once, across resumes)
+    preemptions: int = 0  # > 0: its client holds a started answer; never shed from the queue
 
     @property
     def cost(self) -> int:

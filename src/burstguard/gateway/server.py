@@ -1,25 +1,29 @@
 """The gateway's live shell: a reverse proxy that drives GatewayCore with the real clock.
 
 Per generation request: authenticate (401), take the body the server read under the size
-limit (413), validate the fields admission needs (400), pick class and tenant,
-`core.submit` (429 with Retry-After at once when shed), wait in the gateway's queue until
-the dispatcher releases it, then forward the body untouched to the backend on a pooled
-keep-alive connection and pass the answer back: a stream chunk by chunk as the backend
-writes it (each backend read becomes one client write, in the same callback), a JSON
-answer whole. The HTTP layers are the gateway's own (`gateway.http`, `gateway.upstream`):
-a proxied token is the hot path, and ASGI layers cost more than the relay itself.
+limit (413), validate the fields admission needs (400), pick class and tenant, hand the
+core an `Arrive` event and wait for its answer: a `Reject` is a 429 with Retry-After, a
+`Release` sends the body upstream on a pooled keep-alive connection and passes the answer
+back: a stream chunk by chunk as the backend writes it (each backend read becomes one
+client write, in the same callback; `gateway.relay` counts its tokens from usage and keeps
+the text of a preemptible stream), a JSON answer whole. The HTTP layers are the gateway's
+own (`gateway.http`, `gateway.upstream`): a proxied token is the hot path, and ASGI
+layers cost more than the relay itself.
 
-The dispatcher is `Gateway.pump`: it runs `core.dispatch` synchronously on every event
-that can free or need room (a submit, a finish, a cancel, a scrape) and on a 50 ms tick
-that also expires queued requests past their class deadline; a released request's waiting
-handler is woken through its future. No task hop sits between a submit and its release, so
-an idle gateway adds no queueing delay.
+This shell decides nothing (`gateway.events` is the whole protocol, the simulator speaks it
+too): every event that can free or need room (an arrival, a first token, a finish, a
+cancel, a failure, a scrape, the 50 ms tick) goes to `core.handle` synchronously, and its
+effects are carried out at once — a released or shed request's waiting handler is woken
+through its future, a preempted one has its upstream connection closed and waits for the
+core to release it again, then continues its client's stream (`relay.resume_body`). No
+task hop sits between an arrival and its release, so an idle gateway adds no queueing
+delay. The core's clock is engine seconds: wall time x `engine_speedup`.
 
 A client that hangs up cancels its handler (the server sees the connection close): a
-queued request leaves the queue (`core.cancel`), an in-flight one has its upstream
-connection closed, which makes vLLM (and the emulator) abort it and free its KV. Every
-admitted request ends in exactly one outcome (completed, rejected, cancelled, failed),
-counted once in `llm_request_total` and written as one JSON log line.
+queued request leaves the queue (`Cancel`), an in-flight one has its upstream connection
+closed, which makes vLLM (and the emulator) abort it and free its KV. Every admitted
+request ends in exactly one outcome (completed, rejected, cancelled, failed), counted once
+in `llm_request_total` and written as one JSON log line.
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ import gc
 import json
 import logging
 import math
-import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -39,7 +42,6 @@ from typing import Any
 
 import aiohttp
 
-from burstguard.emulator.tokens import count_tokens
 from burstguard.errors import UserError
 from burstguard.gateway.api import (
     BadRequest,
@@ -53,8 +55,32 @@ from burstguard.gateway.auth import AuthError, Identity, KeyAuthenticator
 from burstguard.gateway.backend_metrics import BackendMonitor
 from burstguard.gateway.config import GatewayConfig
 from burstguard.gateway.core import TICK_S, GatewayCore
-from burstguard.gateway.http import Header, HttpRequest, HttpServer, Responder
+from burstguard.gateway.errors import (
+    JSON_HEADER,
+    json_bytes,
+    send_error,
+    send_json,
+    send_shed,
+    transport_error,
+    upstream_error,
+)
+from burstguard.gateway.events import (
+    Arrive,
+    Cancel,
+    Effect,
+    Event,
+    Fail,
+    Finish,
+    FirstToken,
+    Preempt,
+    Reject,
+    Release,
+    Scrape,
+    Tick,
+)
+from burstguard.gateway.http import HttpRequest, HttpServer, Responder
 from burstguard.gateway.metrics import CONTENT_TYPE, GatewayMetrics, GaugeSnapshot
+from burstguard.gateway.relay import SseRelay, json_tokens, resume_body, upstream_body
 from burstguard.gateway.request import GatewayRequest
 from burstguard.gateway.upstream import (
     UPSTREAM_IDLE_S,
@@ -62,36 +88,17 @@ from burstguard.gateway.upstream import (
     Unreachable,
     UpstreamError,
     UpstreamPool,
-    UpstreamTimeout,
 )
-from burstguard.sse import says_why_it_ended
 
 access_log = logging.getLogger("burstguard.gateway.access")
 log = logging.getLogger("burstguard.gateway")
 
 _READY_CACHE_S = 1.0
-_SSE_TAIL = 4096
-_USAGE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 
 # Clients' pools (aiohttp keeps idle connections 15 s) close theirs before the gateway
 # does; otherwise a request sent on a connection being closed is lost as "server
 # disconnected". (The upstream side, UPSTREAM_IDLE_S, is the same rule the other way.)
 CLIENT_KEEP_ALIVE_S = 75
-
-
-def retry_after_header(seconds: float | None) -> str:
-    """Retry-After as delta-seconds: rounded up, at least 1."""
-    if seconds is None or not math.isfinite(seconds):
-        return "1"
-    return str(max(1, math.ceil(seconds)))
-
-
-@dataclass(frozen=True, slots=True)
-class Shed:
-    """Why a queued request left without being served (the answer is a 429)."""
-
-    reason: str
-    retry_after_s: float
 
 
 @dataclass(slots=True)
@@ -112,120 +119,9 @@ class _Exchange:
     queue_wait_s: float | None = None
     ttft_s: float | None = None
     output_tokens: int = 0
-
-
-class _SseTokens:
-    """Counts output tokens in an SSE stream without buffering it.
-
-    The usage chunk's `completion_tokens` wins when the stream carries one (the tail of
-    the stream is kept for that); otherwise one `data:` event counts one token, minus the
-    events that carry none (chat's role chunk, the finish chunk, `[DONE]`).
-    """
-
-    __slots__ = ("_carry", "_chat", "events", "tail")
-
-    def __init__(self, chat: bool) -> None:
-        self._chat = chat
-        self._carry = b""
-        self.events = 0
-        self.tail = b""
-
-    def feed(self, chunk: bytes) -> None:
-        self.events += (self._carry + chunk).count(b"data:")
-        self._carry = chunk[-4:]
-        self.tail = (self.tail + chunk)[-_SSE_TAIL:]
-
-    def finished(self) -> bool:
-        """The stream said why it ended (its last choice chunk carries a finish_reason)."""
-        return says_why_it_ended(self.tail)
-
-    def tokens(self) -> int:
-        found = _USAGE.findall(self.tail)
-        if found:
-            return int(found[-1])
-        n = self.events
-        if b"[DONE]" in self.tail:
-            n -= 1
-        n -= 1 + (1 if self._chat else 0)  # finish chunk, role chunk
-        return max(0, n)
-
-
-def _json_tokens(body: bytes) -> int:
-    """completion_tokens of a non-streamed answer, or the answer text counted."""
-    try:
-        data = json.loads(body)
-        usage = data.get("usage") or {}
-        if isinstance(usage.get("completion_tokens"), int):
-            return int(usage["completion_tokens"])
-        text = ""
-        for choice in data.get("choices") or []:
-            msg = choice.get("message") or {}
-            text += choice.get("text") or msg.get("content") or ""
-        return count_tokens(text) if text else 0
-    except (ValueError, AttributeError, TypeError):
-        return 0
-
-
-def upstream_error(status: int, body: bytes) -> tuple[int, dict[str, Any]]:
-    """The status and OpenAI-shaped body a client gets for a backend's non-200 answer.
-
-    Client errors (4xx) keep their status and, when the backend already sent OpenAI's
-    shape, its body; server errors become 502 (503 stays 503), naming the backend status.
-    """
-    message = body.decode("utf-8", "replace").strip()[:500] or f"HTTP {status}"
-    err: dict[str, Any] = {}
-    with contextlib.suppress(ValueError, AttributeError):
-        data = json.loads(body)
-        if isinstance(data, dict) and isinstance(data.get("error"), dict):
-            err = dict(data["error"])
-        elif isinstance(data, dict) and "message" in data:  # vLLM's older {"object": "error"}
-            err = {"message": data["message"], "type": data.get("type"), "code": data.get("code")}
-    if 400 <= status < 500:
-        out = {
-            "message": str(err.get("message") or message),
-            "type": str(err.get("type") or "invalid_request_error"),
-            "param": err.get("param"),
-            "code": None if err.get("code") is None else str(err.get("code")),
-        }
-        return status, {"error": out}
-    mapped = 503 if status == 503 else 502
-    text = str(err.get("message") or message)
-    out = {
-        "message": f"backend answered HTTP {status}: {text}",
-        "type": "upstream_error",
-        "param": None,
-        "code": f"backend_{status}",
-    }
-    return mapped, {"error": out}
-
-
-def _transport_error(exc: UpstreamError) -> tuple[int, str, str]:
-    """(status, message, code) for a failure to talk to the backend."""
-    if isinstance(exc, UpstreamTimeout):
-        return 504, f"the backend did not answer in time ({exc})", "backend_timeout"
-    if isinstance(exc, Unreachable):
-        return 503, f"backend unreachable: {exc}", "backend_unreachable"
-    return 502, f"backend connection failed: {exc}", "backend_error"
-
-
-def _json_bytes(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
-
-
-_JSON = ("content-type", "application/json")
-
-
-def _send_json(resp: Responder, status: int, obj: Any, headers: tuple[Header, ...] = ()) -> None:
-    resp.send(status, _json_bytes(obj), [_JSON, *headers])
-
-
-def _send_error(
-    resp: Responder, status: int, message: str, err_type: str, code: str | None = None,
-    headers: tuple[Header, ...] = (),
-) -> None:  # fmt: skip
-    """OpenAI's error shape: {"error": {"message", "type", "param", "code"}}."""
-    err = {"message": message, "type": err_type, "param": None, "code": code}
-    _send_json(resp, status, {"error": err}, headers)
+    call: Call | None = None  # the upstream request under way
+    preempted: bool = False  # the core preempted it: its call is closed, it waits again
+    preemptions: int = 0
 
 
 class Gateway:
@@ -240,8 +136,10 @@ class Gateway:
         self.auth = KeyAuthenticator(config.api_keys)
         self.backend = config.backends[0]
         self.base = self.backend.url.rstrip("/")
+        self._speedup = config.engine_speedup  # the core's clock: engine seconds
         self.metrics = GatewayMetrics(self._snapshot, self._clock)
-        self._waiting: dict[str, asyncio.Future[Shed | None]] = {}
+        self._waiting: dict[str, asyncio.Future[Release | Reject]] = {}
+        self._running: dict[str, _Exchange] = {}
         self._session: aiohttp.ClientSession | None = None
         self._pool: UpstreamPool | None = None
         self.monitor: BackendMonitor | None = None
@@ -252,7 +150,7 @@ class Gateway:
         self._by_rank = sorted(config.classes, key=lambda c: c.rank)
         self._tenant_header = config.tenant_header.lower()
         self._class_header = config.class_header.lower()
-        self._openapi = _json_bytes(openapi_schema())
+        self._openapi = json_bytes(openapi_schema())
         self._routes: dict[str, tuple[str, Route]] = {
             "/v1/chat/completions": ("POST", self._generation(ChatCompletionRequest)),
             "/v1/completions": ("POST", self._generation(CompletionRequest)),
@@ -293,7 +191,7 @@ class Gateway:
         )
         metrics_url = self.backend.metrics_url or self.base + "/metrics"
         self.monitor = BackendMonitor(
-            metrics_url, self._session, self.config.scrape_interval_s, on_scrape=self.pump,
+            metrics_url, self._session, self.config.scrape_interval_s, on_scrape=self._scraped,
             clock=self._clock,
         )  # fmt: skip
         self.monitor.start()
@@ -323,23 +221,35 @@ class Gateway:
             raise RuntimeError("the gateway is not started")
         return self._pool
 
-    # -- the dispatcher -------------------------------------------------------------
+    # -- the driver: events to the core, its effects carried out -------------------
 
-    def pump(self) -> None:
-        """Releases what the core allows now and wakes those requests' handlers."""
-        state = self.monitor.state if self.monitor is not None else None
-        for r in self.core.dispatch(self._clock(), state):
-            fut = self._waiting.pop(r.id, None)
-            if fut is not None and not fut.done():
-                fut.set_result(None)
+    def _now(self) -> float:
+        """The core's clock: engine seconds (wall seconds x engine_speedup)."""
+        return self._clock() * self._speedup
 
-    def _shed(self, req: GatewayRequest, reason: str) -> None:
-        fut = self._waiting.pop(req.id, None)
+    def event(self, event: Event) -> None:
+        """Hands `event` to the core and carries out every effect it returns."""
+        for effect in self.core.handle(event, self._now()):
+            self._carry_out(effect)
+
+    def _carry_out(self, effect: Effect) -> None:
+        rid = effect.req.id
+        if isinstance(effect, Preempt):
+            ex = self._running.get(rid)
+            if ex is not None:
+                ex.preempted = True
+                ex.preemptions += 1
+                self.metrics.preemptions.labels(ex.cls).inc()
+                if ex.call is not None:
+                    ex.call.abort()  # the engine aborts it and frees its KV
+            return
+        fut = self._waiting.pop(rid, None)
         if fut is not None and not fut.done():
-            out = req.max_tokens or self.config.predictor.default_max_tokens
-            cost = req.prompt_tokens + out
-            retry = self.core.retry_after(req.priority_class, self._clock(), cost)
-            fut.set_result(Shed(reason, retry))
+            fut.set_result(effect)
+
+    def _scraped(self) -> None:
+        if self.monitor is not None and (state := self.monitor.state) is not None:
+            self.event(Scrape(state))
 
     async def _tick(self) -> None:
         loop = asyncio.get_running_loop()
@@ -348,9 +258,7 @@ class Gateway:
             await asyncio.sleep(TICK_S)
             self.metrics.loop_lag.observe(max(0.0, loop.time() - due))
             try:
-                for r in self.core.expire(self._clock()):
-                    self._shed(r, "deadline")
-                self.pump()
+                self.event(Tick())
             except Exception:  # the dispatcher must never die
                 log.exception("gateway tick failed")
 
@@ -404,12 +312,11 @@ class Gateway:
         self, req: HttpRequest, resp: Responder, model: type[GenerationRequest]
     ) -> None:
         arrival = req.received
-        body = req.body
         try:
             ident = self.auth.authenticate(
                 req.headers.get("authorization"), req.headers.get("x-api-key")
             )
-            gen = parse_request(model, body)
+            gen = parse_request(model, req.body)
             cls, tenant = self._classify(ident, req.headers, gen)
             prompt_tokens = gen.prompt_tokens()
         except AuthError as exc:
@@ -417,29 +324,21 @@ class Gateway:
         except BadRequest as exc:
             return self._refuse(resp, 400, str(exc), "invalid_request")
 
-        if gen.priority is not None:  # consumed here; vLLM refuses it without its policy
-            data = json.loads(body)
-            data.pop("priority", None)
-            body = _json_bytes(data)
         # a whole UUID4: backends may validate it (llama-cpp-python answers 400 otherwise)
         rid = uuid.uuid4().hex
         ex = _Exchange(rid, cls, tenant, req.path, gen.stream, arrival, prompt_tokens)
         self.metrics.arrived(cls)
-        gr = GatewayRequest(rid, arrival, prompt_tokens, gen.output_limit(), cls, tenant, req.path)
+        # a stream of token ids (or of several prompts) cannot be continued with text
+        prompts = gen.prompts() if isinstance(gen, CompletionRequest) else [""]
+        resumable = not gen.stream or (len(prompts) == 1 and isinstance(prompts[0], str))
+        gr = GatewayRequest(rid, arrival * self._speedup, prompt_tokens, gen.output_limit(),
+                            cls, tenant, req.path, resumable)  # fmt: skip
         ex.own_s = self._clock() - arrival  # read to the core; the rest is added at release
-        adm = self.core.submit(gr, arrival)
-        for victim in adm.evicted:
-            self._shed(victim, "evicted")
-        if not adm.accepted:
-            ex.outcome, ex.reason = "rejected", adm.reason
-            self._send_shed(resp, ex, adm.retry_after_s)
-            return self._close(ex)
-
-        fut: asyncio.Future[Shed | None] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Release | Reject] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut
-        self.pump()
+        self.event(Arrive(gr))
         try:
-            await self._serve(req, resp, ex, fut, body)
+            await self._serve(req, resp, ex, fut, gen)
         except asyncio.CancelledError:
             if not resp.gone:
                 self._end_unexpected(ex)
@@ -447,34 +346,65 @@ class Gateway:
             if ex.outcome is None:  # the client hung up
                 ex.outcome = "cancelled"
                 self._waiting.pop(rid, None)
-                self.core.cancel(rid, self._clock())
+                self.event(Cancel(rid))
         except Exception:
             log.exception("request %s failed in the gateway", rid)
             self._end_unexpected(ex)
             if not resp.started:
                 ex.status = 500
-                _send_error(resp, 500, "internal gateway error", "internal_error")
-        self.pump()
+                send_error(resp, 500, "internal gateway error", "internal_error")
+        finally:
+            self._running.pop(rid, None)
         self._close(ex)
 
     def _end_unexpected(self, ex: _Exchange) -> None:
         if ex.outcome is None:
             ex.outcome = "failed"
             self._waiting.pop(ex.rid, None)
-            self.core.fail(ex.rid, self._clock())
+            self.event(Fail(ex.rid))
 
     async def _serve(
         self, req: HttpRequest, resp: Responder, ex: _Exchange,
-        fut: asyncio.Future[Shed | None], body: bytes,
+        fut: asyncio.Future[Release | Reject], gen: GenerationRequest,
     ) -> None:  # fmt: skip
-        shed = await fut
-        if shed is not None:
-            ex.outcome, ex.reason = "rejected", shed.reason
-            self._send_shed(resp, ex, shed.retry_after_s)
-            return
-        released = self._clock()
-        ex.queue_wait_s = released - ex.arrival
-        self.metrics.queue_wait.labels(ex.cls).observe(ex.queue_wait_s)
+        """Waits for the core's answer; serves the request, again after each preemption."""
+        data: dict[str, Any] = json.loads(req.body)
+        chat = ex.route.endswith("chat/completions")
+        opts = gen.stream_options
+        keep = ex.stream and self.backend.resume and self.config.class_by_name(ex.cls).preemptible
+        relay = SseRelay(chat, strip_usage=not (opts is not None and opts.include_usage),
+                         keep_text=keep)  # fmt: skip
+        while True:
+            effect = await fut
+            if isinstance(effect, Reject):
+                ex.outcome, ex.reason, ex.status = "rejected", effect.reason, 429
+                send_shed(resp, ex.cls, effect.reason, effect.retry_after_s / self._speedup, ex.rid)
+                return
+            released = self._clock()
+            if ex.queue_wait_s is None:
+                ex.queue_wait_s = released - ex.arrival
+                self.metrics.queue_wait.labels(ex.cls).observe(ex.queue_wait_s)
+            body = upstream_body(data, ex.stream, effect.priority)
+            if effect.resumed and resp.started:  # continue the stream its client has
+                relay.resume()
+                if relay.text:
+                    body = resume_body(body, chat, "".join(relay.text), relay.base_tokens)
+                self.metrics.reprefill_tokens.inc(ex.prompt_tokens + relay.base_tokens)
+            elif effect.resumed:  # nothing sent yet (or not a stream): start over
+                self.metrics.reprefill_tokens.inc(ex.prompt_tokens)
+            self._running[ex.rid] = ex
+            ex.preempted = False
+            await self._call(req, resp, ex, json_bytes(body), relay, released)
+            if ex.outcome is not None or not ex.preempted:
+                return
+            fut = asyncio.get_running_loop().create_future()
+            self._waiting[ex.rid] = fut  # released again by the core, resumed
+
+    async def _call(
+        self, req: HttpRequest, resp: Responder, ex: _Exchange, body: bytes,
+        relay: SseRelay, released: float,
+    ) -> None:  # fmt: skip
+        """One upstream request; returns with ex.outcome set, or with ex.preempted."""
         headers = {"content-type": "application/json", "accept-encoding": "identity",
                    "x-request-id": ex.rid}  # fmt: skip
         if not self.auth.enabled and (auth := req.headers.get("authorization")):
@@ -482,92 +412,108 @@ class Gateway:
         call: Call | None = None
         try:
             call = await self.pool.start("POST", ex.route, body, headers)
-            ex.own_s += call.sent_at - released
-            counter = self._arm_relay(resp, ex, call) if ex.stream else None
+            ex.call = call
+            if ex.preempted:  # preempted while connecting
+                return
+            if not ex.preemptions:
+                ex.own_s += call.sent_at - released
+            if ex.stream:
+                self._arm_relay(resp, ex, call, relay)
             status = await call.response()
             self._backend_up = True
             if status != 200:
                 raw = await call.read()
                 code, payload = upstream_error(status, raw)
                 self.metrics.errors.labels(f"http_{status}").inc()
-                ex.outcome, ex.reason, ex.status = "failed", f"backend_{status}", code
-                self.core.fail(ex.rid, self._clock())
-                _send_json(resp, code, payload)
-            elif counter is not None:
-                await self._finish_relay(resp, ex, call, counter)
+                ex.outcome, ex.reason = "failed", f"backend_{status}"
+                self.event(Fail(ex.rid))
+                if resp.started:  # a resumed stream the backend refused: end it in-band
+                    resp.end(b"data: " + json_bytes(payload) + b"\n\n")
+                else:
+                    ex.status = code
+                    send_json(resp, code, payload)
+            elif ex.stream:
+                await self._finish_relay(resp, ex, call, relay)
             else:
                 await self._pass_json(resp, ex, call)
+        except asyncio.CancelledError:
+            if ex.preempted and not resp.gone:
+                return  # its call was aborted by the preemption: it waits to resume
+            raise
         except UpstreamError as exc:
             self._backend_up = not isinstance(exc, Unreachable)
+            if ex.preempted:
+                return
             if not resp.started:
-                self._fail(resp, ex, *_transport_error(exc))
+                self._fail(resp, ex, *transport_error(exc))
             else:  # the stream had started: tell the client in-band and end it
                 self.metrics.errors.labels(type(exc).__name__).inc()
                 ex.outcome, ex.reason = "failed", "stream_broken"
-                self.core.fail(ex.rid, self._clock())
-                _, message, code = _transport_error(exc)
-                err = {"error": {"message": message, "type": "upstream_error", "code": code}}
-                resp.end(b"data: " + _json_bytes(err) + b"\n\n")
+                self.event(Fail(ex.rid))
+                _, message, err_code = transport_error(exc)
+                err = {"error": {"message": message, "type": "upstream_error", "code": err_code}}
+                resp.end(b"data: " + json_bytes(err) + b"\n\n")
         finally:
+            ex.call = None
             if call is not None:
                 call.abort()  # a no-op once the answer ended; else the engine frees the KV
 
-    def _arm_relay(self, resp: Responder, ex: _Exchange, call: Call) -> _SseTokens:
+    def _arm_relay(self, resp: Responder, ex: _Exchange, call: Call, relay: SseRelay) -> None:
         """Sets the SSE pass-through to start when the backend answers 200: the stream's
         head and first bytes then go to the client from the very read that brought them,
-        each later read as one chunk; the handler's task is not on the first-token path."""
-        counter = _SseTokens(chat=ex.route.endswith("chat/completions"))
-        first = True
+        each later read as one chunk; the handler's task is not on the first-token path.
+        A resumed answer continues the stream its client already has."""
 
         def sink(data: bytes) -> None:
-            nonlocal first
-            counter.feed(data)
-            resp.write_soon(data)  # the first at once; later ones at most every flush interval
-            if first:
-                first = False
-                now = self._clock()
-                ex.ttft_s = now - ex.arrival
-                self.core.on_first_token(ex.rid, now)
-                self.metrics.ttft.labels(ex.cls).observe(ex.ttft_s)
-                self.metrics.own_time.observe(ex.own_s + now - call.head_at)
+            out = relay.feed(data)
+            if out:
+                resp.write_soon(out)  # the first at once; later ones at most every flush interval
+                if ex.ttft_s is None:
+                    now = self._clock()
+                    ex.ttft_s = now - ex.arrival
+                    self.event(FirstToken(ex.rid))
+                    self.metrics.ttft.labels(ex.cls).observe(ex.ttft_s)
+                    self.metrics.own_time.observe(ex.own_s + now - call.head_at)
             if resp.paused:
                 call.pause(True)
 
         def on_head(status: int) -> None:
             if status != 200:
                 return  # read whole and mapped to an error by the handler
-            ex.status = 200
-            resp.start_stream(200, [
-                ("content-type", call.content_type or "text/event-stream"),
-                ("cache-control", "no-cache"), ("x-request-id", ex.rid),
-                ("x-burstguard-class", ex.cls),
-            ])  # fmt: skip
+            if not resp.started:
+                ex.status = 200
+                resp.start_stream(200, [
+                    ("content-type", call.content_type or "text/event-stream"),
+                    ("cache-control", "no-cache"), ("x-request-id", ex.rid),
+                    ("x-burstguard-class", ex.cls),
+                ])  # fmt: skip
             resp.on_writable = lambda: call.pause(False)
             call.stream_to(sink)
 
         call.on_head = on_head
-        return counter
 
     async def _finish_relay(
-        self, resp: Responder, ex: _Exchange, call: Call, counter: _SseTokens
+        self, resp: Responder, ex: _Exchange, call: Call, relay: SseRelay
     ) -> None:
         """Waits for the relayed stream's end, then counts its outcome and ends it."""
         await call.finished()
-        ex.output_tokens = counter.tokens()
-        if counter.finished():
+        ex.output_tokens = relay.tokens()
+        if relay.finished():
             ex.outcome = "completed"
-            self.core.on_finish(ex.rid, self._clock(), ex.output_tokens)
+            self.metrics.output_tokens.labels(ex.cls).inc(ex.output_tokens)
+            self.event(Finish(ex.rid, ex.output_tokens))
         else:  # the backend ended it early (llama-cpp-python does when another request comes)
             ex.outcome, ex.reason = "failed", "backend_cut_stream"
             self.metrics.errors.labels("backend_cut_stream").inc()
-            self.core.fail(ex.rid, self._clock())
+            self.event(Fail(ex.rid))
         resp.end()
 
     async def _pass_json(self, resp: Responder, ex: _Exchange, call: Call) -> None:
         raw = await call.read()
-        ex.output_tokens = _json_tokens(raw)
+        ex.output_tokens = json_tokens(raw)
         ex.outcome, ex.status = "completed", 200
-        self.core.on_finish(ex.rid, self._clock(), ex.output_tokens)
+        self.metrics.output_tokens.labels(ex.cls).inc(ex.output_tokens)
+        self.event(Finish(ex.rid, ex.output_tokens))
         resp.send(200, raw, [
             ("content-type", call.content_type or "application/json"),
             ("x-request-id", ex.rid), ("x-burstguard-class", ex.cls),
@@ -576,39 +522,26 @@ class Gateway:
     def _fail(self, resp: Responder, ex: _Exchange, status: int, message: str, code: str) -> None:
         self.metrics.errors.labels(code).inc()
         ex.outcome, ex.reason, ex.status = "failed", code, status
-        self.core.fail(ex.rid, self._clock())
-        _send_error(resp, status, message, "upstream_error", code)
-
-    def _send_shed(self, resp: Responder, ex: _Exchange, retry_s: float | None) -> None:
-        ex.status = 429
-        header = retry_after_header(retry_s)
-        msg = {
-            "queue_full": "the gateway queue is full",
-            "deadline": f"the {ex.cls} queue cannot start this request before its deadline",
-            "evicted": "shed from the gateway queue to make room for higher-priority requests",
-        }.get(ex.reason or "", "overloaded")
-        _send_error(resp, 429, f"{msg}; retry after {header} s", "rate_limit_exceeded",
-                    ex.reason, (("retry-after", header), ("x-request-id", ex.rid)))  # fmt: skip
+        self.event(Fail(ex.rid))
+        send_error(resp, status, message, "upstream_error", code)
 
     def _refuse(self, resp: Responder, status: int, message: str, code: str) -> None:
         self.metrics.invalid.labels(str(status)).inc()
         err_type = "authentication_error" if status == 401 else "invalid_request_error"
         headers = (("www-authenticate", "Bearer"),) if status == 401 else ()
-        _send_error(resp, status, message, err_type, code, headers)
+        send_error(resp, status, message, err_type, code, headers)
 
     def _close(self, ex: _Exchange) -> None:
         """Counts the outcome once and writes the request's log line."""
         outcome = ex.outcome or "failed"
         self.metrics.ended(ex.cls, outcome, ex.reason)
-        if outcome == "completed" and ex.output_tokens:
-            self.metrics.output_tokens.labels(ex.cls).inc(ex.output_tokens)
         if self.config.log_requests and access_log.isEnabledFor(logging.INFO):
             access_log.info(json.dumps({
                 "id": ex.rid, "class": ex.cls, "tenant": ex.tenant, "route": ex.route,
                 "stream": ex.stream, "outcome": outcome, "reason": ex.reason,
                 "status": ex.status or None, "queue_wait_s": _round(ex.queue_wait_s),
                 "ttft_s": _round(ex.ttft_s), "prompt_tokens": ex.prompt_tokens,
-                "output_tokens": ex.output_tokens,
+                "output_tokens": ex.output_tokens, "preemptions": ex.preemptions,
                 "duration_s": _round(self._clock() - ex.arrival),
             }, separators=(",", ":")))  # fmt: skip
 
@@ -627,16 +560,16 @@ class Gateway:
                 status = up.status
         except (aiohttp.ClientError, TimeoutError) as exc:
             message = f"backend unreachable: {type(exc).__name__}: {exc}"
-            _send_error(resp, 503, message, "upstream_error", "backend_unreachable")
+            send_error(resp, 503, message, "upstream_error", "backend_unreachable")
             return
         if status != 200:
             code, payload = upstream_error(status, raw)
-            _send_json(resp, code, payload)
+            send_json(resp, code, payload)
         else:
             resp.send(200, raw, [("content-type", ctype)])
 
     async def health(self, req: HttpRequest, resp: Responder) -> None:
-        resp.send(200, b'{"status":"ok"}', [_JSON])
+        resp.send(200, b'{"status":"ok"}', [JSON_HEADER])
 
     async def ready(self, req: HttpRequest, resp: Responder) -> None:
         """200 when the backend answers (its /metrics scraped, or /v1/models), else 503."""
@@ -648,10 +581,10 @@ class Gateway:
                 ok = await self._probe()
                 self._ready = (now, ok)
         if ok:
-            _send_json(resp, 200, {"status": "ready", "backend": self.base})
+            send_json(resp, 200, {"status": "ready", "backend": self.base})
         else:
             message = f"backend {self.base} is not reachable"
-            _send_error(resp, 503, message, "upstream_error", "backend_unreachable")
+            send_error(resp, 503, message, "upstream_error", "backend_unreachable")
 
     async def _probe(self) -> bool:
         try:
@@ -666,7 +599,7 @@ class Gateway:
         resp.send(200, self.metrics.render(), [("content-type", CONTENT_TYPE)])
 
     async def openapi(self, req: HttpRequest, resp: Responder) -> None:
-        resp.send(200, self._openapi, [_JSON])
+        resp.send(200, self._openapi, [JSON_HEADER])
 
     def _snapshot(self) -> GaugeSnapshot:
         s = self.core.stats

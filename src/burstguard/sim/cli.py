@@ -117,7 +117,7 @@ def class_table(summary: dict[str, Any]) -> str:
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{x:.1%}"
 
-    rows = [f"{'class':<12} {'requests':>8} {'completed':>9} {'rejected':>8} "
+    rows = [f"{'class':<12} {'requests':>8} {'completed':>9} {'rejected':>8} {'preempted':>9} "
             f"{'TTFT p50':>9} {'TTFT p95':>9} {'SLO':>6} {'target':>7}"]  # fmt: skip
     for name, g in summary["gateway"]["classes"].items():
         b = summary["by_class"].get(name)
@@ -125,9 +125,12 @@ def class_table(summary: dict[str, Any]) -> str:
         slo = b["slo_attainment"] if b else None
         rows.append(
             f"{name:<12} {g['requests']:>8} {g['completed']:>9} {g['rejected']:>8} "
-            f"{ms(t['p50']):>9} {ms(t['p95']):>9} {pct(slo):>6} "
+            f"{g['preemptions']:>9} {ms(t['p50']):>9} {ms(t['p95']):>9} {pct(slo):>6} "
             f"{pct(g['ttft_target_attainment']):>7}"
         )
+    gw = summary["gateway"]
+    rows.append(f"gateway preemptions {gw['preemptions']}, "
+                f"tokens prefilled again to resume them {gw['reprefill_tokens']:,}")  # fmt: skip
     return "\n".join(rows)
 
 

@@ -1,51 +1,69 @@
 """Virtual-clock driver for gateway + engine: `burstguard sim --gateway gateway.yaml`.
 
 The same GatewayCore the live server runs (one core, two clocks) sits in front of the same
-EngineCore the emulator runs, and this loop plays the server's part with a virtual clock,
-event for event, so a policy compared here is the policy deployed:
+EngineCore the emulator runs. Entities on an event heap (`sim.heap`) play the server's
+part with a virtual clock, through the core's driver protocol (`gateway.events`), so a
+policy compared here is the policy deployed:
 
-- an arrival is `submit`ted at its arrival time; a rejection is answered at once (429 with
-  Retry-After), evicted queued requests are answered 429 with the server's Retry-After;
-- `dispatch` (the server's `pump`) runs after every submit and finish, on every scrape and
-  on the 50 ms tick that also `expire`s requests past their class's queue deadline;
-- the backend monitor is a scrape of the engine's own gauges (waiting, running, KV usage)
-  every `scrape_interval_s`, as the live monitor reads them from /metrics;
-- a released request reaches the engine at once (no HTTP hop) with the engine's default
-  priority, as the live gateway forwards it; first tokens and finishes flow back to the core.
+- clients: each arrival is an `Arrive` event at its arrival time; a `Reject` effect is
+  its 429 (with Retry-After) at once;
+- the gateway: a `Tick` every TICK_S and a `Scrape` of the engine's own gauges (waiting,
+  running, KV usage) every `scrape_interval_s` — both wall times of the live gateway,
+  so engine_speedup x that here; the core's `Release` effects go straight to the engine
+  (no HTTP hop), with vLLM's `priority` when the backend forwards it; `Preempt` aborts
+  the engine request and keeps the client's tokens; a resumed `Release` adds a new engine
+  request for the prompt plus those tokens, asking for the rest (what the live gateway
+  sends: completions prompt + text so far);
+- the engine replica: steps, whose first tokens and finishes flow back as events.
 
-While nothing is queued, in flight or running, the clock jumps to the next arrival (after
-one scrape of the idle engine), so days-long traces do not cost 20 ticks per idle second.
+While nothing is queued, in flight or running, the tick and scrape stop, and restart on
+their grid at the next arrival, so days-long traces do not cost 20 ticks per idle second.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from burstguard.bench.records import RequestRecord
 from burstguard.engine.config import EngineConfig
-from burstguard.engine.core import EngineCore, EngineRequest, RequestRejected
+from burstguard.engine.core import EngineCore, EngineRequest, RequestRejected, check_priority
 from burstguard.engine.profile import Profile
 from burstguard.gateway.config import GatewayConfig
-from burstguard.gateway.core import (
-    TICK_S,
-    BackendState,
-    GatewayCore,
-    GatewayRequest,
-    GatewayStats,
+from burstguard.gateway.core import TICK_S, GatewayCore, GatewayStats
+from burstguard.gateway.events import (
+    Arrive,
+    Effect,
+    Event,
+    Fail,
+    Finish,
+    FirstToken,
+    Preempt,
+    Reject,
+    Release,
+    Scrape,
+    Tick,
 )
+from burstguard.gateway.request import BackendState, GatewayRequest
+from burstguard.sim.heap import EventHeap
 from burstguard.sim.loop import RecordBook, SimResult, served_prompt
 from burstguard.workload.spec import Workload
 
 __all__ = ["GatewaySimResult", "gateway_summary", "simulate_gateway"]
 
+# ties at one instant: a step's end, then arrivals, the scrape, the tick
+STEP, ARRIVAL, SCRAPE, TICK = range(4)
+
 
 @dataclass
 class GatewaySimResult(SimResult):
-    """SimResult plus the gateway's own counters (outcomes by class, rejection reasons)."""
+    """SimResult plus the gateway's own counters (outcomes by class, rejection reasons,
+    preemptions) and the tokens prefilled again to resume preempted requests."""
 
     gateway: GatewayStats | None = None
+    reprefill_tokens: int = 0
 
 
 def _next_on_grid(t: float, period: float) -> float:
@@ -54,85 +72,108 @@ def _next_on_grid(t: float, period: float) -> float:
 
 
 class _GatewaySim:
-    """One run: the gateway core, the engine core, the records and the virtual clock."""
+    """One run: the entities (clients, gateway, engine) on one event heap."""
 
     def __init__(
         self, workload: Workload, engine: EngineConfig, profile: Profile, gateway: GatewayConfig
     ) -> None:
         self.workload = workload
         self.config = gateway
+        self.heap = EventHeap()
         self.gw = GatewayCore(gateway)
         self.engine = EngineCore(engine, profile)
         self.book = RecordBook()
-        self.state: BackendState | None = None
         self.max_tokens: dict[str, int] = {}
         self.steps = 0
+        self.reprefill_tokens = 0
+        self.tick_s = TICK_S * gateway.engine_speedup
+        self.scrape_s = gateway.scrape_interval_s * gateway.engine_speedup
+        self._clocked = False  # the tick and scrape are scheduled
+        self._generation = 0  # bumped when they stop: a stopped one scheduled before drops
 
-    # -- the server's part -------------------------------------------------------------
+    # -- clients -----------------------------------------------------------------------
 
-    def scrape(self) -> None:
-        s = self.engine.stats
-        self.state = BackendState(s.num_waiting, s.num_running, s.kv_cache_usage)
-
-    def pump(self, now: float) -> None:
-        """`Gateway.pump`: release what the core allows; each goes straight to the engine."""
-        for r in self.gw.dispatch(now, self.state):
-            rec = self.book.records[r.id]
-            try:
-                self.engine.add_request(
-                    EngineRequest(r.id, rec.prompt_tokens, self.max_tokens[r.id], now), now
-                )
-            except RequestRejected:  # the backend's 400 passes through to the client
-                self.gw.fail(r.id, now)
-                rec.status, rec.error, rec.e2e_s = 400, "http_400", now - rec.scheduled_s
-
-    def shed(self, req: GatewayRequest, now: float) -> None:
-        """`Gateway._shed`: a queued request answered 429 (evicted or past its deadline)."""
-        rec = self.book.records[req.id]
-        cost = req.prompt_tokens + (req.max_tokens or self.config.predictor.default_max_tokens)
-        retry = self.gw.retry_after(req.priority_class, now, cost)
-        self._rejected(rec, now, retry)
+    def arrive(self, i: int, now: float) -> None:
+        spec = self.workload.spec(i)
+        cls = self.config.class_by_name(spec.priority_class).name
+        self.book.open(spec, served_prompt(spec, self.engine.profile), priority_class=cls)
+        self.max_tokens[spec.id] = spec.max_tokens
+        if not self._clocked:  # the gateway wakes from idle: its periodic events restart
+            self._clocked = True
+            self.gw.handle(Scrape(self._state()), now)
+            gen = self._generation
+            self.heap.at(_next_on_grid(now, self.scrape_s), SCRAPE, lambda t: self.scrape(t, gen))
+            self.heap.at(_next_on_grid(now, self.tick_s), TICK, lambda t: self.tick(t, gen))
+        req = GatewayRequest(spec.id, now, spec.prompt_tokens, spec.max_tokens, cls, spec.tenant)
+        self.event(Arrive(req), now)
 
     @staticmethod
-    def _rejected(rec: RequestRecord, now: float, retry_after_s: float | None) -> None:
-        rec.status, rec.error = 429, "rejected"
-        rec.e2e_s = now - rec.scheduled_s  # when the 429 reached the client
-        rec.retry_after_s = retry_after_s
+    def _answered(rec: RequestRecord, now: float, status: int, error: str) -> None:
+        rec.status, rec.error = status, error
+        rec.e2e_s = now - rec.scheduled_s  # when the answer reached the client
 
-    def arrive(self, i: int) -> None:
-        spec = self.workload.spec(i)
-        now = spec.arrival_s
-        cls = self.config.class_by_name(spec.priority_class).name
-        rec = self.book.open(spec, served_prompt(spec, self.engine.profile), priority_class=cls)
-        self.max_tokens[spec.id] = spec.max_tokens
-        req = GatewayRequest(spec.id, now, spec.prompt_tokens, spec.max_tokens, cls, spec.tenant)
-        adm = self.gw.submit(req, now)
-        for victim in adm.evicted:
-            self.shed(victim, now)
-        if not adm.accepted:
-            self._rejected(rec, now, adm.retry_after_s)
+    # -- the gateway: events in, effects carried out -----------------------------------
+
+    def event(self, event: Event, now: float) -> None:
+        for effect in self.gw.handle(event, now):
+            self.carry_out(effect, now)
+        self.kick(now)
+
+    def carry_out(self, effect: Effect, now: float) -> None:
+        rid = effect.req.id
+        rec = self.book.records[rid]
+        if isinstance(effect, Reject):
+            self._answered(rec, now, 429, "rejected")
+            rec.retry_after_s = effect.retry_after_s
+        elif isinstance(effect, Preempt):
+            self.engine.abort(rid, now)
+            self.book.resumed_at[rid] = self.book.produced.get(rid, 0)
+        else:
+            self.release(effect, rec, now)
+
+    def release(self, effect: Release, rec: RequestRecord, now: float) -> None:
+        rid = effect.req.id
+        have = self.book.resumed_at.get(rid, 0) if effect.resumed else 0
+        prompt = (rec.prompt_tokens or 0) + have
+        if effect.resumed:
+            self.reprefill_tokens += prompt
+        priority = 0 if effect.priority is None else effect.priority
+        try:
+            check_priority(self.engine.config, priority)
+            self.engine.add_request(
+                EngineRequest(rid, prompt, self.max_tokens[rid] - have, now, priority), now
+            )
+        except RequestRejected:  # the backend's 400 passes through to the client
+            self._answered(rec, now, 400, "http_400")
+            self.event(Fail(rid), now)
+
+    def _state(self) -> BackendState:
+        s = self.engine.stats
+        return BackendState(s.num_waiting, s.num_running, s.kv_cache_usage)
+
+    def scrape(self, now: float, gen: int) -> None:
+        if self._stopped(gen):
             return
-        self.pump(now)
+        self.event(Scrape(self._state()), now)
+        self.heap.at(now + self.scrape_s, SCRAPE, lambda t: self.scrape(t, gen))
 
-    def tick(self, now: float) -> None:
-        for r in self.gw.expire(now):
-            self.shed(r, now)
-        self.pump(now)
+    def tick(self, now: float, gen: int) -> None:
+        if self._stopped(gen):
+            return
+        self.event(Tick(), now)
+        self.heap.at(now + self.tick_s, TICK, lambda t: self.tick(t, gen))
 
-    def end_step(self) -> float:
-        result = self.engine.end_step()
-        self.steps += 1
-        now = result.end_s
-        events = self.book.apply(result)
-        for rid in events.first_token:
-            self.gw.on_first_token(rid, now)
-        for rid in events.finished:
-            self.gw.on_finish(rid, now, self.book.produced.get(rid, 0))
-        if events.finished:
-            self.pump(now)
-        return now
+    def _stopped(self, gen: int) -> bool:
+        """True for a periodic event of a stopped generation; stops them when all is idle."""
+        if gen != self._generation:
+            return True
+        if not self._idle():
+            return False
+        self._generation += 1
+        self._clocked = False
+        return True
 
-    def idle(self) -> bool:
+    def _idle(self) -> bool:
         s = self.gw.stats
         return (
             not self.engine.step_in_flight
@@ -141,54 +182,41 @@ class _GatewaySim:
             and not any(s.queue_depth.values())
         )
 
-    # -- the clock ---------------------------------------------------------------------
+    # -- the engine replica ------------------------------------------------------------
+
+    def kick(self, now: float) -> None:
+        """Starts the engine's next step if none runs and there is work."""
+        if not self.engine.step_in_flight:
+            end = self.engine.begin_step(now)
+            if end is not None:
+                self.heap.at(end, STEP, self.step_end)
+
+    def step_end(self, now: float) -> None:
+        result = self.engine.end_step()
+        self.steps += 1
+        events = self.book.apply(result)
+        for rid in events.first_token:
+            self.event(FirstToken(rid), now)
+        for rid in events.finished:
+            self.event(Finish(rid, self.book.produced.get(rid, 0)), now)
+        self.kick(now)
+
+    # -- the run -----------------------------------------------------------------------
 
     def run(self) -> GatewaySimResult:
         arrivals = self.workload.arrival_s.tolist()
+        for i, t in enumerate(arrivals):
+            self.heap.at(t, ARRIVAL, partial(self.arrive, i))
+        end = self.heap.run()
         n = len(arrivals)
-        interval = self.config.scrape_interval_s
-        i, now = 0, 0.0
-        step_end: float | None = None
-        next_tick, next_scrape = TICK_S, 0.0
-        while True:
-            if step_end is None and self.idle():
-                if i >= n:
-                    break
-                if arrivals[i] > max(next_tick, next_scrape):  # nothing to happen till then
-                    self.scrape()
-                    next_tick = _next_on_grid(arrivals[i], TICK_S)
-                    next_scrape = _next_on_grid(arrivals[i], interval)
-            # the next event; ties: step end, arrivals, scrape, tick (as numbered)
-            events = [
-                (step_end if step_end is not None else math.inf, 0),
-                (arrivals[i] if i < n else math.inf, 1),
-                (next_scrape, 2),
-                (next_tick, 3),
-            ]
-            now, kind = min(events)
-            if kind == 0:
-                self.end_step()
-                step_end = None
-            elif kind == 1:
-                while i < n and arrivals[i] <= now:
-                    self.arrive(i)
-                    i += 1
-            elif kind == 2:
-                self.scrape()
-                self.pump(now)
-                next_scrape += interval
-            else:
-                self.tick(now)
-                next_tick += TICK_S
-            if step_end is None:
-                step_end = self.engine.begin_step(now)
         records = [self.book.records[self.workload.request_id(k)] for k in range(n)]
         return GatewaySimResult(
             records=records,
             preemptions=self.engine.stats.num_preemptions_total,
             steps=self.steps,
-            end_s=now,
+            end_s=end,
             gateway=self.gw.stats,
+            reprefill_tokens=self.reprefill_tokens,
         )
 
 
@@ -204,8 +232,10 @@ def gateway_summary(
     result: GatewaySimResult, config: GatewayConfig, source: str = ""
 ) -> dict[str, Any]:
     """The summary's `gateway` block: per class, what was shed and who met its TTFT target
-    (a shed request counts as a miss: the promise is to the caller, not to the engine)."""
+    (a shed request counts as a miss: the promise is to the caller, not to the engine),
+    and the gateway's preemptions with the tokens prefilled again to resume them."""
     classes: dict[str, Any] = {}
+    stats = result.gateway
     for c in sorted(config.classes, key=lambda c: c.rank):
         mine = [r for r in result.records if r.priority_class == c.name]
         shed = sum(1 for r in mine if r.status == 429)
@@ -221,6 +251,12 @@ def gateway_summary(
             "shed_fraction": shed / len(mine) if mine else None,
             "ttft_target_s": c.ttft_target_s,
             "ttft_target_attainment": met,
+            "preemptions": stats.preemptions.get(c.name, 0) if stats is not None else 0,
         }
-    rejections = result.gateway.rejections if result.gateway is not None else {}
-    return {"config": source, "classes": classes, "rejections": rejections}
+    return {
+        "config": source,
+        "classes": classes,
+        "rejections": stats.rejections if stats is not None else {},
+        "preemptions": sum(stats.preemptions.values()) if stats is not None else 0,
+        "reprefill_tokens": result.reprefill_tokens,
+    }

@@ -1,14 +1,15 @@
 """Virtual-clock driver: replays a workload on one EngineCore as fast as the CPU allows.
 
-Same engine core as the emulator (one core, two clocks); time is the engine's own.
-`burstguard.sim.gateway_loop` puts the gateway core in front of the same engine.
+Same engine core as the emulator (one core, two clocks); time is the engine's own, kept by
+an event heap (`sim.heap`). `burstguard.sim.gateway_loop` puts the gateway core in front
+of the same engine, on the same kind of heap.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass, field
+from functools import partial
 
 from burstguard.bench.records import RequestRecord
 from burstguard.engine.config import EngineConfig
@@ -20,6 +21,7 @@ from burstguard.engine.core import (
     StepResult,
 )
 from burstguard.engine.profile import Profile
+from burstguard.sim.heap import EventHeap
 from burstguard.workload.spec import RequestSpec, Workload, priority_of
 
 
@@ -47,6 +49,9 @@ class RecordBook:
         self.records: dict[str, RequestRecord] = {}
         self.produced: dict[str, int] = {}
         self._last_token_at: dict[str, float] = {}
+        # tokens the client had when its request was resumed as a new engine request (whose
+        # own count starts again at 1): the engine's counts are offset by this
+        self.resumed_at: dict[str, int] = {}
 
     def open(
         self, spec: RequestSpec, prompt_tokens: int, priority_class: str | None = None
@@ -68,7 +73,10 @@ class RecordBook:
             rec = self.records[rid]
             if rec.queue_s is None:
                 rec.queue_s = result.start_s - rec.scheduled_s
+        base = self.resumed_at
         for rid, count in result.tokens:
+            if base:
+                count += base.get(rid, 0)
             if count <= self.produced.get(rid, 0):
                 continue  # recomputed after preemption: the client already has it
             self.produced[rid] = count
@@ -89,6 +97,7 @@ class RecordBook:
         ends = run.ends
         gaps = [b - a for a, b in itertools.pairwise(ends)]
         for rid, n, count in run.tokens:
+            count += self.resumed_at.get(rid, 0)
             new = min(n, count - self.produced.get(rid, 0))
             if new <= 0:
                 continue
@@ -118,57 +127,97 @@ def served_prompt(spec: RequestSpec, profile: Profile) -> int:
     return spec.prompt_tokens + profile.chat_template_tokens
 
 
+class _EngineSim:
+    """Clients and one engine replica on an event heap (`sim.heap`): arrivals, and the
+    replica's steps (or fast-forwarded runs of decode steps) as events. A step begins
+    after the arrivals of its instant (STEP < ARRIVAL < BEGIN), as a live engine loop
+    takes what arrived while its last step ran."""
+
+    STEP, ARRIVAL, BEGIN = range(3)
+
+    def __init__(
+        self, workload: Workload, config: EngineConfig, profile: Profile, fast_forward: bool
+    ) -> None:
+        self.workload = workload
+        self.core = EngineCore(config, profile)
+        self.book = RecordBook()
+        self.heap = EventHeap()
+        self.fast_forward = fast_forward
+        self.steps = 0
+        self._begin_pending = False
+        self._busy_until = 0.0  # the end of a fast-forwarded run (already applied)
+
+    def arrive(self, i: int, now: float) -> None:
+        spec = self.workload.spec(i)
+        prompt = served_prompt(spec, self.core.profile)
+        rec = self.book.open(spec, prompt)
+        try:
+            self.core.add_request(
+                EngineRequest(
+                    id=spec.id,
+                    prompt_tokens=prompt,
+                    max_tokens=spec.max_tokens,
+                    arrival_s=spec.arrival_s,
+                    priority=priority_of(spec.priority_class),
+                    prefix_hashes=spec.prefix_hashes,
+                ),
+                spec.arrival_s,
+            )
+        except RequestRejected:
+            rec.error = "rejected"
+        self.kick(now)
+
+    def kick(self, now: float) -> None:
+        """The replica begins its next step at `now`, after this instant's arrivals."""
+        if now < self._busy_until:
+            return  # the run's end kicks it
+        if self._begin_pending or self.core.step_in_flight:
+            return
+        if self.heap.next_time() > now:  # nothing else at this instant: no event needed
+            self.begin(now)
+        else:
+            self._begin_pending = True
+            self.heap.at(now, self.BEGIN, self.begin)
+
+    def begin(self, now: float) -> None:
+        self._begin_pending = False
+        if self.core.step_in_flight:
+            return
+        if self.fast_forward:
+            run = self.core.run_decodes(now, self.heap.next_time())
+            if run is not None:
+                self.steps += len(run.ends)
+                self.book.apply_run(run)
+                self._busy_until = run.ends[-1]
+                self.heap.at(run.ends[-1], self.STEP, self.kick)
+                return
+        end = self.core.begin_step(now)
+        if end is not None:
+            self.heap.at(end, self.STEP, self.step_end)
+
+    def step_end(self, now: float) -> None:
+        result = self.core.end_step()
+        self.steps += 1
+        self.book.apply(result)
+        self.kick(now)
+
+    def run(self) -> SimResult:
+        for i, t in enumerate(self.workload.arrival_s.tolist()):
+            self.heap.at(t, self.ARRIVAL, partial(self.arrive, i))
+        end = self.heap.run()
+        n = len(self.workload)
+        return SimResult(
+            records=[self.book.records[self.workload.request_id(k)] for k in range(n)],
+            preemptions=self.core.stats.num_preemptions_total,
+            steps=self.steps,
+            end_s=end,
+        )
+
+
 def simulate(
     workload: Workload, config: EngineConfig, profile: Profile, fast_forward: bool = True
 ) -> SimResult:
     """Runs every request of `workload` to completion (or rejection) in virtual time.
     `fast_forward` applies runs of pure decode steps at once (`EngineCore.run_decodes`);
     the results are the same, only computed faster."""
-    core = EngineCore(config, profile)
-    n = len(workload)
-    arrivals = workload.arrival_s.tolist()
-    book = RecordBook()
-    i, now, steps = 0, 0.0, 0
-    while True:
-        while i < n and arrivals[i] <= now:
-            spec = workload.spec(i)
-            prompt = served_prompt(spec, profile)
-            rec = book.open(spec, prompt)
-            try:
-                core.add_request(
-                    EngineRequest(
-                        id=spec.id,
-                        prompt_tokens=prompt,
-                        max_tokens=spec.max_tokens,
-                        arrival_s=spec.arrival_s,
-                        priority=priority_of(spec.priority_class),
-                        prefix_hashes=spec.prefix_hashes,
-                    ),
-                    spec.arrival_s,
-                )
-            except RequestRejected:
-                rec.error = "rejected"
-            i += 1
-        if fast_forward:
-            run = core.run_decodes(now, arrivals[i] if i < n else math.inf)
-            if run is not None:
-                steps += len(run.ends)
-                now = run.ends[-1]
-                book.apply_run(run)
-                continue
-        end = core.begin_step(now)
-        if end is None:
-            if i >= n:
-                break
-            now = arrivals[i]
-            continue
-        result = core.end_step()
-        steps += 1
-        now = result.end_s
-        book.apply(result)
-    return SimResult(
-        records=[book.records[workload.request_id(k)] for k in range(n)],
-        preemptions=core.stats.num_preemptions_total,
-        steps=steps,
-        end_s=now,
-    )
+    return _EngineSim(workload, config, profile, fast_forward).run()

@@ -57,7 +57,8 @@ def scale_rate(workload: Workload, speed: float) -> Workload:
         raise UserError(f"speed must be > 0, got {speed}")
     out = take(workload, np.arange(len(workload)))
     out.arrival_s = workload.arrival_s / speed
-    out.meta["speed"] = speed * float(workload.meta.get("speed", 1.0))
+    before = workload.meta.get("speed", 1.0)
+    out.meta["speed"] = speed * (float(before) if isinstance(before, int | float) else 1.0)
     return out
 
 

@@ -1,0 +1,101 @@
+"""The GatewayCore's driver protocol: the events a shell feeds it and the effects it returns.
+
+A shell (the live server, the simulator) owns no scheduling decision: it turns what
+happens (a request read, a tick, a scrape, a first token, an upstream's end) into one of
+these events, hands it to `GatewayCore.handle`, and carries out the effects in order.
+Each effect names the request it concerns; a shell that does not know the id (a client
+already gone) ignores it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from burstguard.gateway.request import BackendState, GatewayRequest
+
+# -- events: what happened ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Arrive:
+    """A request was read whole and validated."""
+
+    req: GatewayRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """The periodic tick (`TICK_S`): expire queue deadlines, release what fits."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scrape:
+    """The backend's metrics were read."""
+
+    state: BackendState
+
+
+@dataclass(frozen=True, slots=True)
+class FirstToken:
+    """The client received the request's first output token."""
+
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The request completed; `output_tokens`: what the client received in all."""
+
+    request_id: str
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """The client went away."""
+
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """The backend failed the request (an error went to the client)."""
+
+    request_id: str
+
+
+Event = Arrive | Tick | Scrape | FirstToken | Finish | Cancel | Fail
+
+
+# -- effects: what to do ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Send the request to the backend now. `priority`: vLLM's `priority` field to set (None:
+    leave it out). `resumed`: it was preempted before; continue it where the client is."""
+
+    req: GatewayRequest
+    priority: int | None = None
+    resumed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """Answer 429 with this Retry-After (seconds of the core's clock). `reason`: queue_full,
+    deadline (at admission or expired in the queue) or evicted."""
+
+    req: GatewayRequest
+    reason: str
+    retry_after_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Close the request's upstream connection (the engine aborts it and frees its KV) and
+    keep its client: the core requeued it and will `Release` it again (`resumed`)."""
+
+    req: GatewayRequest
+
+
+Effect = Release | Reject | Preempt

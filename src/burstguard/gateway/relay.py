@@ -1,0 +1,194 @@
+"""What the gateway does to a backend's answer on its way to the client.
+
+- Tokens out come from `usage`: the gateway asks every backend stream for
+  `stream_options.include_usage` (engines may send several tokens per SSE event, vLLM's
+  `--stream-interval`, so counting events undercounts) and strips that usage chunk again
+  when the client did not ask for it. A backend that sends no usage is counted one token
+  per content event.
+- A preemptible stream keeps the text its client has received, so that a preempted
+  request can be resumed (`resume_body`): completions get the prompt plus that text,
+  chat gets it as a final assistant message with `continue_final_message: true` and
+  `add_generation_prompt: false` (vLLM's names), and both ask for the tokens left. The
+  resumed stream's events are edited so the client sees one answer: chat's second role
+  chunk is dropped and the usage, when the client asked for it, covers the whole answer.
+
+An unedited stream (no usage to strip, no text to keep) is passed through read by read,
+only counted; an edited one is cut at SSE event boundaries (a partial event waits for the
+read that completes it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from burstguard.emulator.tokens import count_tokens
+from burstguard.sse import says_why_it_ended
+
+_SSE_TAIL = 4096
+_USAGE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+
+
+class SseRelay:
+    """One streamed answer: feed each backend read, write what `feed` returns."""
+
+    __slots__ = (
+        "_buf", "_carry", "_chat", "_edit", "_keep", "_strip", "base_tokens", "events",
+        "resumed", "tail", "text", "text_events", "usage_tokens",
+    )  # fmt: skip
+
+    def __init__(self, chat: bool, strip_usage: bool, keep_text: bool) -> None:
+        self._chat = chat
+        self._strip = strip_usage
+        self._keep = keep_text
+        self._edit = strip_usage or keep_text
+        self._carry = b""
+        self._buf = b""
+        self.events = 0  # data: events of the current upstream answer
+        self.text_events = 0  # events that carried text, over all answers (edited streams)
+        self.tail = b""
+        self.text: list[str] = []
+        self.usage_tokens: int | None = None
+        self.base_tokens = 0  # tokens the client had when this answer was resumed
+        self.resumed = False
+
+    def resume(self) -> None:
+        """The answer so far is final; the next feeds are a resumed answer's."""
+        self.base_tokens = self.tokens()
+        self.resumed = True
+        self.events = 0
+        self.usage_tokens = None
+        self.tail = self._buf = self._carry = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        self.tail = (self.tail + chunk)[-_SSE_TAIL:]
+        if not self._edit:
+            self.events += (self._carry + chunk).count(b"data:")
+            self._carry = chunk[-4:]
+            return chunk
+        data = self._buf + chunk
+        cut = data.rfind(b"\n\n") + 2
+        self._buf = data[cut:]
+        if cut == 1:
+            return b""
+        out: list[bytes] = []
+        for event in data[:cut].split(b"\n\n"):
+            if event and (kept := self._edit_event(event)) is not None:
+                out.append(kept + b"\n\n")
+        return b"".join(out)
+
+    def _edit_event(self, event: bytes) -> bytes | None:
+        """Learns from one SSE event; the event to write (edited), or None to drop it."""
+        if not event.startswith(b"data:"):
+            return event
+        self.events += 1
+        payload = event[5:].strip()
+        if payload == b"[DONE]" or not (self._keep or b'"usage"' in payload):
+            return event
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            return event
+        if not isinstance(data, dict):
+            return event
+        usage = data.get("usage")
+        choices = data.get("choices")
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            self.usage_tokens = usage["completion_tokens"]
+            if not choices:  # the usage chunk
+                if self._strip:
+                    return None
+                if self.resumed:  # the client's usage covers its whole answer
+                    base = self.base_tokens
+                    usage["completion_tokens"] += base
+                    usage["prompt_tokens"] = max(0, usage.get("prompt_tokens", 0) - base)
+                    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+                    return b"data: " + json.dumps(data, separators=(",", ":")).encode()
+                return event
+        if not self._keep or not isinstance(choices, list) or not choices:
+            return event
+        choice = choices[0] if isinstance(choices[0], dict) else {}
+        delta = choice.get("delta") if self._chat else None
+        piece = (delta or {}).get("content") if self._chat else choice.get("text")
+        if isinstance(piece, str) and piece:
+            self.text.append(piece)
+            self.text_events += 1
+            return event
+        if self.resumed and self._chat and isinstance(delta, dict) and "role" in delta:
+            # the resumed answer's own role chunk: the client has one already
+            return event if choice.get("finish_reason") is not None else None
+        return event
+
+    def finished(self) -> bool:
+        """The stream said why it ended (its last choice chunk carries a finish_reason)."""
+        return says_why_it_ended(self.tail)
+
+    def tokens(self) -> int:
+        """Tokens the client received: the backend's usage (plus what an earlier answer
+        gave), else one per content event."""
+        if self.usage_tokens is not None:
+            return self.base_tokens + self.usage_tokens
+        if not self._edit:
+            found = _USAGE.findall(self.tail)
+            if found:
+                return self.base_tokens + int(found[-1])
+            n = self.events
+            if b"[DONE]" in self.tail:
+                n -= 1
+            n -= 1 + (1 if self._chat else 0)  # finish chunk, role chunk
+            return self.base_tokens + max(0, n)
+        if self._keep:
+            return self.text_events
+        n = self.events - (1 if b"[DONE]" in self.tail else 0) - 1 - (1 if self._chat else 0)
+        return self.base_tokens + max(0, n)
+
+
+def json_tokens(body: bytes) -> int:
+    """completion_tokens of a non-streamed answer, or the answer text counted."""
+    try:
+        data = json.loads(body)
+        usage = data.get("usage") or {}
+        if isinstance(usage.get("completion_tokens"), int):
+            return int(usage["completion_tokens"])
+        text = ""
+        for choice in data.get("choices") or []:
+            msg = choice.get("message") or {}
+            text += choice.get("text") or msg.get("content") or ""
+        return count_tokens(text) if text else 0
+    except (ValueError, AttributeError, TypeError):
+        return 0
+
+
+def upstream_body(data: dict[str, Any], stream: bool, priority: int | None) -> dict[str, Any]:
+    """The body sent upstream: the client's, with usage asked for on a stream and vLLM's
+    `priority` set (or removed: vLLM refuses it without its priority policy)."""
+    out = dict(data)
+    out.pop("priority", None)
+    if priority is not None:
+        out["priority"] = priority
+    if stream:
+        opts = dict(out.get("stream_options") or {})
+        opts["include_usage"] = True
+        out["stream_options"] = opts
+    return out
+
+
+def resume_body(data: dict[str, Any], chat: bool, text: str, received: int) -> dict[str, Any]:
+    """The upstream body that continues `data`'s answer after `text` (`received` tokens)."""
+    out = dict(data)
+    if chat:
+        out["messages"] = [*data["messages"], {"role": "assistant", "content": text}]
+        out["continue_final_message"] = True
+        out["add_generation_prompt"] = False
+    else:
+        prompt = data["prompt"]
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if not isinstance(prompt, str):  # the core never preempts these (not `resumable`)
+            raise ValueError("only a single text prompt can be resumed with text")
+        out["prompt"] = prompt + text
+    for key in ("max_tokens", "max_completion_tokens"):
+        if isinstance(data.get(key), int):
+            out[key] = max(1, data[key] - received)
+    return out
