@@ -286,7 +286,7 @@ class SharedState:
         names = tuple(dict.fromkeys((*self._leases, *backends)))
         if not names:
             return {}
-        args: list[object] = [int(self.cfg.lease_ttl_s * 1000)]
+        args: list[str | int] = [int(self.cfg.lease_ttl_s * 1000)]
         for b in names:
             ids = self._leases.get(b, set())
             args += [len(ids), *ids]
