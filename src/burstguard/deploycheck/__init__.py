@@ -5,6 +5,7 @@
 - `lint`: static rules over one expression (rate() of a gauge, removed vLLM names, KEDA
   queries that can return several series, windows shorter than four scrapes).
 - `manifests`: `kubectl kustomize` and schema validation (Kubernetes and vendored CRDs).
+- `tree`: all of that over every overlay of a deploy/ tree.
 - `prometheus`: a local Prometheus process and its HTTP API; `live`: the same
   expressions run against it. `stack`: gateway + emulators + Prometheus for a burst.
 """
