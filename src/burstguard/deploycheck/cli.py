@@ -12,7 +12,8 @@ from burstguard.errors import UserError
 app = typer.Typer(help="Check deploy/ (manifests, PromQL) and picture its dashboard.")
 
 DeployDir = Annotated[
-    Path, typer.Option("--deploy-dir", help="The kustomize tree (base, components, overlays, crds).")
+    Path,
+    typer.Option("--deploy-dir", help="The kustomize tree (base, components, overlays, crds)."),
 ]
 
 
@@ -34,7 +35,9 @@ def check(
     checked = tree.check_tree(deploy_dir, cat)
     problems = list(checked.problems)
     if prometheus:
-        report = live.check_all(PrometheusAPI(prometheus), checked.expressions, cat, checked.recorded)
+        report = live.check_all(
+            PrometheusAPI(prometheus), checked.expressions, cat, checked.recorded
+        )
         problems += [str(f) for f in report.findings]
         for expr, names in report.allowed_empty.items():
             typer.echo(f"empty (not exported here: {', '.join(names)}): {expr}")
@@ -55,7 +58,9 @@ def check(
 def snapshot(
     out: Annotated[Path, typer.Option(help="PNG to write.")] = Path("dashboard.png"),
     deploy_dir: DeployDir = Path("deploy"),
-    overlay: Annotated[str, typer.Option(help="Overlay whose config and rules run.")] = "single-engine",
+    overlay: Annotated[
+        str, typer.Option(help="Overlay whose config and rules run.")
+    ] = "single-engine",
     duration: Annotated[float, typer.Option(help="Seconds of bursty traffic.")] = 30.0,
     workdir: Annotated[
         Path | None, typer.Option(help="Keep logs and Prometheus data here (default: temp).")

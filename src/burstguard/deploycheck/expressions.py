@@ -100,9 +100,7 @@ def scrape_interval_s(docs: Iterable[Doc]) -> float:
         key = endpoints.get(str(doc.get("kind")))
         for ep in spec.get(key, ()) if key else ():
             interval = ep.get("interval")
-            intervals.append(
-                parse_duration_s(interval) if interval else DEFAULT_SCRAPE_INTERVAL_S
-            )
+            intervals.append(parse_duration_s(interval) if interval else DEFAULT_SCRAPE_INTERVAL_S)
     return max(intervals, default=DEFAULT_SCRAPE_INTERVAL_S)
 
 

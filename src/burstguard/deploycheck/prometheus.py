@@ -50,7 +50,9 @@ def config(targets: Sequence[Target], rule_files: Sequence[Path], interval_s: fl
 def binary(name: str = "prometheus") -> str:
     path = shutil.which(name)
     if path is None:
-        raise UserError(f"{name} not found: install the Debian package `prometheus` (make system-deps)")
+        raise UserError(
+            f"{name} not found: install the Debian package `prometheus` (make system-deps)"
+        )
     return path
 
 

@@ -89,7 +89,9 @@ def running(
             Target(ENGINE_JOB, u.removeprefix("http://"), {"pod": f"engine-{i}"})
             for i, u in enumerate(engines)
         ]
-        proc, api = prometheus.start(workdir / "prometheus", targets, [rules_path], scrape_interval_s)
+        proc, api = prometheus.start(
+            workdir / "prometheus", targets, [rules_path], scrape_interval_s
+        )
         stack.enter_context(proc)
         yield Stack(api, gw_url, tuple(engines), tuple(docs), rules_path)
 
@@ -102,7 +104,8 @@ def burst(
     second engine; returns when both bench runs have finished (bounded by their timeout)."""
     common = ["--pattern", "burst", "--duration", str(duration_s), "--burst-size", burst_size,
               "--idle", idle, "--seed", str(seed), "--prompt-tokens", "uniform:200-1500",
-              "--output-tokens", "uniform:50-300", "--timeout", "60", "--quiet", "--force"]  # fmt: skip
+              "--output-tokens", "uniform:50-300", "--timeout", "60", "--quiet",
+              "--force"]  # fmt: skip
     legs = [
         (stack.gateway_url, rate, ["--classes", "interactive=0.4,standard=0.4,batch=0.2"]),
         (stack.engine_urls[1], rate / 2, []),
