@@ -66,7 +66,7 @@ def render(
         if ax.lines:
             ax.legend(fontsize=7, loc="upper right")
     for ax in axes[-1]:
-        ax.set_xlabel("seconds since the burst started")
+        ax.set_xlabel("seconds since the run started")
     for ax in list(axes.flat)[len(titles) :]:
         ax.set_visible(False)
     fig.suptitle(
