@@ -12,7 +12,7 @@ from tests.conftest import REPO_ROOT
 from burstguard.deploycheck import catalogue, tree
 from burstguard.deploycheck.manifests import find_kubectl
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 CAT = catalogue.load()
 
 
