@@ -140,6 +140,15 @@ def test_deploy_check_bad_directory_is_a_clear_error(tmp_path: Path) -> None:
     assert "has no overlays/ folder" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_deploy_snapshot_bad_overlay_is_a_clear_error(tmp_path: Path) -> None:
+    argv = [*BURSTGUARD, "deploy", "snapshot", "--deploy-dir", str(DEPLOY), "--overlay", "nope",
+            "--out", str(tmp_path / "x.png")]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--overlay:" in proc.stderr and "nope does not exist" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_gateway_configs_are_configs_the_gateway_accepts(
     checked: tree.TreeCheck, tmp_path: Path
 ) -> None:

@@ -5,11 +5,13 @@ exports may be empty, but only those in OFFLINE_METRICS."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.conftest import BURSTGUARD
 from tests.integration.deploy_tools import DEPLOY, require
 
 from burstguard.deploycheck import catalogue, live, stack, tree
@@ -135,3 +137,15 @@ def test_the_dashboard_figure_renders_from_the_same_queries(
     end = time.time()
     figure.render(burst.api, burst.docs, end - 60, end, out)
     assert out.stat().st_size > 50_000
+
+
+def test_deploy_check_command_runs_the_live_checks(burst: stack.Stack) -> None:
+    argv = [*BURSTGUARD, "deploy", "check", "--deploy-dir", str(DEPLOY),
+            "--prometheus", burst.api.base]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "empty (not exported here: burstguard_desired_replicas): max(burstguard_desired_replicas)"
+        in proc.stdout
+    )
+    assert proc.stdout.strip().endswith("ok")
