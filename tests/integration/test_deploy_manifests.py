@@ -17,6 +17,9 @@ import yaml
 from tests.conftest import BURSTGUARD
 from tests.integration.deploy_tools import DEPLOY, require
 
+from burstguard.autoscale.config import load_policy
+from burstguard.autoscale.export import ExportTarget
+from burstguard.autoscale.export import render as render_policy
 from burstguard.deploycheck import catalogue, manifests, tree
 from burstguard.deploycheck.stack import gateway_config
 from burstguard.gateway.cli import load_config
@@ -188,6 +191,26 @@ def test_graceful_stop_fits_the_grace_period(checked: tree.TreeCheck) -> None:
         assert pod["terminationGracePeriodSeconds"] >= pre_stop + drain_s
         assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
         assert container["livenessProbe"]["httpGet"]["path"] == "/health"
+
+
+@pytest.mark.parametrize(
+    ("preset", "component"),
+    [("keda-queue", "keda-queue"), ("keda-rate", "keda-queue"), ("predictive", "predictive")],
+)
+def test_an_exported_policy_drops_in(tmp_path: Path, preset: str, component: str) -> None:
+    """`burstguard scaling export` output replaces a component's ScaledObject and the tree
+    still renders, validates and lints clean."""
+    tree_copy = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, tree_copy)
+    target = ExportTarget("vllm-engine", "llm-serving")
+    exported = render_policy(load_policy(preset), target)["scaledobject.yaml"]
+    path = tree_copy / "components" / component / "scaledobject.yaml"
+    path.write_text(yaml.safe_dump(exported, sort_keys=False))
+    checked = tree.check_tree(tree_copy, catalogue.load())
+    assert checked.problems == []
+    overlay = "fleet-predictive" if component == "predictive" else "fleet-keda"
+    so = objects(checked.rendered[overlay], "ScaledObject")[0]
+    assert so["spec"]["triggers"] == exported["spec"]["triggers"]
 
 
 def test_scaled_objects_follow_the_seed(checked: tree.TreeCheck) -> None:

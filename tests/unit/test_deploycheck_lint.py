@@ -35,6 +35,7 @@ def test_seed_arrival_trigger_window_holds_too_few_scrapes() -> None:
         "llm_request_queue_depth",
         "max without (class) (llm_request_queue_depth)",
         "topk(1, llm_request_queue_depth)",
+        "max_over_time(llm_request_queue_depth[1m])",
         "sum(llm_request_queue_depth) + llm_request_queue_depth",
         "histogram_quantile(0.9, sum by (class, le) (rate(burstguard_ttft_seconds_bucket[1m])))",
     ],
@@ -51,6 +52,7 @@ def test_keda_query_that_can_return_several_series_fails(expr: str) -> None:
         "max(burstguard_desired_replicas)",
         "(sum(llm_request_queue_depth) + 2 * sum(vllm:num_requests_waiting))",
         "clamp_min(sum(llm_request_queue_depth), 0)",
+        "max_over_time(sum(llm_request_queue_depth)[1m:15s])",  # `burstguard scaling export`
         "histogram_quantile(0.9, sum by (le) (rate(burstguard_ttft_seconds_bucket[1m])))",
     ],
 )

@@ -36,6 +36,11 @@ def dashboard(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     raise ValueError("no burstguard.json dashboard ConfigMap in the rendered overlay")
 
 
+def legend(fmt: str, labels: dict[str, str]) -> str:
+    """Grafana's legend format: `{{class}}` becomes the series' `class` label."""
+    return _LEGEND.sub(lambda m: labels.get(m.group(1), ""), fmt)
+
+
 def render(
     api: PrometheusAPI, docs: Sequence[dict[str, Any]], start: float, end: float, out: Path,
     titles: Sequence[str] = MAIN_PANELS, step_s: float = 1.0,
@@ -55,9 +60,7 @@ def render(
             for series in api.query_range(target["expr"], start, end, step_s):
                 t = [float(v[0]) - start for v in series["values"]]
                 y = [float(v[1]) for v in series["values"]]
-                label = _LEGEND.sub(
-                    lambda m, s=series: s["metric"].get(m.group(1), ""), target["legendFormat"]
-                )
+                label = legend(target["legendFormat"], series["metric"])
                 ax.plot(t, y, label=label, linewidth=1.2)
         unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
         ax.set_title(title, fontsize=10)

@@ -168,8 +168,8 @@ def one_series(n: pp.Expr) -> bool:
             n.modifier.type == pp.AggModifierType.By and not n.modifier.labels
         )
         return str(n.op) in ONE_SERIES_AGGREGATIONS and by_nothing
-    if isinstance(n, pp.UnaryExpr):
-        return one_series(n.expr)
+    if isinstance(n, pp.UnaryExpr | pp.SubqueryExpr):
+        return one_series(n.expr)  # a subquery of one series is one series over time
     if isinstance(n, pp.BinaryExpr):
         lhs, rhs = _strip(n.lhs), _strip(n.rhs)
         scalars = [isinstance(s, pp.NumberLiteral) for s in (lhs, rhs)]
