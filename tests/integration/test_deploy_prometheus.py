@@ -149,3 +149,22 @@ def test_deploy_check_command_runs_the_live_checks(burst: stack.Stack) -> None:
         in proc.stdout
     )
     assert proc.stdout.strip().endswith("ok")
+
+
+def test_exported_scaling_policies_return_one_series(
+    burst: stack.Stack, checked: tree.TreeCheck
+) -> None:
+    """The harness shared with `burstguard scaling export`: each preset's trigger runs
+    against the same Prometheus and returns exactly one series (predictive: pending)."""
+    from burstguard.autoscale.config import load_policy
+    from burstguard.autoscale.export import ExportTarget, render
+
+    exprs = []
+    for preset in ("keda-queue", "keda-rate", "predictive"):
+        so = render(load_policy(preset), ExportTarget("vllm-engine"))["scaledobject.yaml"]
+        exprs += [Expression("keda", f"export {preset}", t["metadata"]["query"])
+                  for t in so["spec"]["triggers"]]  # fmt: skip
+    report = live.check_all(burst.api, exprs, CAT, checked.recorded)
+    assert [str(f) for f in report.findings] == []
+    assert [report.series[e.expr] for e in exprs] == [1, 1, 0]
+    assert list(report.allowed_empty.values()) == [["burstguard_desired_replicas"]]
