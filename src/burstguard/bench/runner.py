@@ -33,7 +33,7 @@ from burstguard.bench import stream
 from burstguard.bench.payload import Api, PayloadBuilder
 from burstguard.bench.records import RecordWriter, RequestRecord
 from burstguard.bench.summary import Slo, summarize, write_summary
-from burstguard.client.retry import RetryBudget, RetryPolicy
+from burstguard.client.retry import RetryBudget, RetryPolicy, retry_headers
 from burstguard.scrape import MetricsPoller
 from burstguard.workload.spec import RequestSpec, Workload
 
@@ -148,7 +148,8 @@ class _Run:
             while True:
                 assert self.session is not None
                 attempt = await stream.send(
-                    self.session, self.base + path, data, headers,
+                    self.session, self.base + path, data,
+                    {**headers, **retry_headers(record.retries)},
                     stream=cfg.stream, timeout_s=cfg.timeout_s,
                 )  # fmt: skip
                 if first is None:

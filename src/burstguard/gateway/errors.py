@@ -51,12 +51,14 @@ SHED_MESSAGES = {
 
 def send_shed(
     resp: Responder, cls: str, reason: str | None, retry_s: float | None, rid: str
-) -> None:
-    """429 with Retry-After (wall seconds) for a request the core shed."""
+) -> int:
+    """429 with Retry-After (wall seconds) for a request the core shed; returns the
+    Retry-After sent, in seconds."""
     header = retry_after_header(retry_s)
     msg = SHED_MESSAGES.get(reason or "", "overloaded").format(cls=cls)
     send_error(resp, 429, f"{msg}; retry after {header} s", "rate_limit_exceeded", reason,
                (("retry-after", header), ("x-request-id", rid)))  # fmt: skip
+    return int(header)
 
 
 def upstream_error(status: int, body: bytes) -> tuple[int, dict[str, Any]]:

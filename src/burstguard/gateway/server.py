@@ -79,7 +79,7 @@ from burstguard.gateway.events import (
     Tick,
 )
 from burstguard.gateway.http import HttpRequest, HttpServer, Responder
-from burstguard.gateway.metrics import CONTENT_TYPE, GatewayMetrics, GaugeSnapshot
+from burstguard.gateway.metrics import CONTENT_TYPE, GatewayMetrics, GaugeSnapshot, is_retry
 from burstguard.gateway.relay import SseRelay, json_tokens, resume_body, upstream_body
 from burstguard.gateway.request import GatewayRequest
 from burstguard.gateway.upstream import (
@@ -327,7 +327,7 @@ class Gateway:
         # a whole UUID4: backends may validate it (llama-cpp-python answers 400 otherwise)
         rid = uuid.uuid4().hex
         ex = _Exchange(rid, cls, tenant, req.path, gen.stream, arrival, prompt_tokens)
-        self.metrics.arrived(cls)
+        self.metrics.arrived(cls, is_retry(req.headers))
         # a stream of token ids (or of several prompts) cannot be continued with text
         prompts = gen.prompts() if isinstance(gen, CompletionRequest) else [""]
         resumable = not gen.stream or (len(prompts) == 1 and isinstance(prompts[0], str))
@@ -378,7 +378,9 @@ class Gateway:
             effect = await fut
             if isinstance(effect, Reject):
                 ex.outcome, ex.reason, ex.status = "rejected", effect.reason, 429
-                send_shed(resp, ex.cls, effect.reason, effect.retry_after_s / self._speedup, ex.rid)
+                told = send_shed(resp, ex.cls, effect.reason, effect.retry_after_s / self._speedup,
+                                 ex.rid)  # fmt: skip
+                self.metrics.shed(ex.cls, told)
                 return
             released = self._clock()
             if ex.queue_wait_s is None:
