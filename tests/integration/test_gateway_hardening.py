@@ -174,15 +174,15 @@ LIMITS = {"head_timeout_s": 1.0, "body_timeout_s": 1.0, "linger_s": 1.0}
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int, Path]]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int, Path, str]]:
     """A gateway (1 s head and body deadlines, default sizes) in front of the emulator at
-    1x (10 ms a token); yields (its address, its pid, its log)."""
+    1x; yields (its address, its pid, its log, the emulator's address)."""
     tmp = tmp_path_factory.mktemp("hardening")
     with start_emulator(tmp, speedup=1.0) as emu:
         gw = start_gateway(tmp, emu.base_url, {"limits": LIMITS})  # type: ignore[attr-defined]
         with gw:
             assert gw.proc is not None
-            yield gw.base_url, gw.proc.pid, Path(gw.log_path)  # type: ignore[attr-defined]
+            yield gw.base_url, gw.proc.pid, Path(gw.log_path), emu.base_url  # type: ignore[attr-defined]
 
 
 def completion(max_tokens: int, stream: bool = False, **extra: Any) -> bytes:
@@ -199,10 +199,10 @@ def post(path: str, body: bytes, headers: str = "") -> bytes:
 
 
 def test_1_a_client_that_pipelines_and_never_reads_cannot_grow_the_gateway(
-    stack: tuple[str, int, Path],
+    stack: tuple[str, int, Path, str],
 ) -> None:
     """3,000 pipelined GET /openapi.json (7.6 KB answers for 40-byte requests), none read."""
-    base, pid, _ = stack
+    base, pid, _, _ = stack
     before = settled_rss(pid, base)
     batch = b"GET /openapi.json HTTP/1.1\r\nhost: x\r\n\r\n" * 5
     with connect(base, rcvbuf=4096, timeout_s=0.5) as attacker, Watch(base, pid) as watch:
@@ -220,10 +220,10 @@ def test_1_a_client_that_pipelines_and_never_reads_cannot_grow_the_gateway(
 
 
 def test_2_a_header_line_that_never_ends_is_refused_at_the_head_limit(
-    stack: tuple[str, int, Path],
+    stack: tuple[str, int, Path, str],
 ) -> None:
     """`x-big: ` and then up to 16 MiB without a CRLF, 64 KiB at a time."""
-    base, pid, _ = stack
+    base, pid, _, _ = stack
     before = settled_rss(pid, base)
     refused_before = refused(base, "head_too_large")
     piece, sent, answer = b"a" * 65536, 0, b""
@@ -247,9 +247,9 @@ def test_2_a_header_line_that_never_ends_is_refused_at_the_head_limit(
     assert_unharmed(watch, before)
 
 
-def test_2_too_many_header_lines_are_refused(stack: tuple[str, int, Path]) -> None:
+def test_2_too_many_header_lines_are_refused(stack: tuple[str, int, Path, str]) -> None:
     """1,000 tiny header lines: 6 KB, under the byte limit, over the line limit (100)."""
-    base, _, _ = stack
+    base, _, _, _ = stack
     with connect(base) as s:
         s.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n" + b"a: 1\r\n" * 1000 + b"\r\n")
         out = read_until(s, lambda b: b.endswith(b"}}"), 5.0)
@@ -293,10 +293,10 @@ def trickle(s: socket.socket, data: bytes, every_s: float, for_s: float) -> byte
     ],
 )  # fmt: skip
 def test_3_a_trickled_request_gets_408_at_its_deadline(
-    stack: tuple[str, int, Path], opening: bytes, trickled: bytes, reason: str
+    stack: tuple[str, int, Path, str], opening: bytes, trickled: bytes, reason: str
 ) -> None:
     """One byte every 0.2 s: each within any gap timeout, the whole never within 1 s."""
-    base, _, _ = stack
+    base, _, _, _ = stack
     before = refused(base, reason)
     with connect(base) as s:
         t0 = time.monotonic()
@@ -311,9 +311,9 @@ def test_3_a_trickled_request_gets_408_at_its_deadline(
 
 
 def test_3_a_connection_that_sends_nothing_is_closed_at_the_head_deadline(
-    stack: tuple[str, int, Path],
+    stack: tuple[str, int, Path, str],
 ) -> None:
-    base, _, _ = stack
+    base, _, _, _ = stack
     with connect(base) as s:
         closed, out = closed_by_peer(s, 3.0)
     assert closed and out == b""
@@ -433,20 +433,25 @@ def test_4_a_client_pausing_longer_than_the_backend_read_timeout_is_not_blamed_o
 # -- 5: pipelined bodies ----------------------------------------------------------------
 
 
-def test_5_pipelined_bodies_are_not_buffered(stack: tuple[str, int, Path]) -> None:
-    """Behind a 3 s request, 15 pipelined POSTs of 1 MiB bodies (the body limit), unread."""
-    base, pid, _ = stack
-    before = settled_rss(pid, base)
-    big = b'{"model": "m", "prompt": "' + b"a" * (MIB - 64) + b'"}'
-    with connect(base, timeout_s=0.5) as attacker, Watch(base, pid) as watch:
-        attacker.sendall(post("/v1/completions", completion(300)))
-        for _ in range(15):
-            try:
-                attacker.sendall(post("/v1/completions", big))
-            except TimeoutError:
-                break  # the gateway stopped reading
-        time.sleep(1.0)
-    assert_unharmed(watch, before)
+def test_5_pipelined_bodies_are_not_buffered(
+    stack: tuple[str, int, Path, str], tmp_path: Path
+) -> None:
+    """Behind a ~4 s request, three pipelined POSTs of 8 MiB bodies (the body limit here):
+    while the first is served, the gateway holds none of them beyond one read."""
+    _, _, _, engine = stack
+    with start_gateway(tmp_path, engine, {"max_body_bytes": 8 * MIB}) as gw:  # type: ignore[attr-defined]
+        base, pid = gw.base_url, gw.proc.pid  # type: ignore[attr-defined]
+        before = settled_rss(pid, base)
+        big = b'{"model": "m", "prompt": "' + b"a" * (8 * MIB - 64) + b'"}'
+        with connect(base, timeout_s=0.5) as attacker, Watch(base, pid) as watch:
+            attacker.sendall(post("/v1/completions", completion(600, ignore_eos=True)))
+            for _ in range(3):
+                try:
+                    attacker.sendall(post("/v1/completions", big))
+                except TimeoutError:
+                    break  # the gateway stopped reading
+            time.sleep(1.0)
+        assert_unharmed(watch, before)
 
 
 # -- 6: malformed JSON ------------------------------------------------------------------
@@ -460,9 +465,9 @@ def test_5_pipelined_bodies_are_not_buffered(stack: tuple[str, int, Path]) -> No
     ids=["deep-array", "5000-digit-int", "deep-object", "not-utf8"],
 )  # fmt: skip
 def test_6_a_body_the_json_parser_refuses_is_a_400(
-    stack: tuple[str, int, Path], body: bytes
+    stack: tuple[str, int, Path, str], body: bytes
 ) -> None:
-    base, _, log = stack
+    base, _, log, _ = stack
     with connect(base) as s:
         s.sendall(post("/v1/completions", body, "connection: close\r\n"))
         out = read_until(s, lambda b: False, 5.0)
@@ -581,12 +586,12 @@ def _exchange(base: str, body: bytes) -> bytes:
 
 
 def test_9_an_answer_before_an_unread_body_is_read_not_reset(
-    stack: tuple[str, int, Path],
+    stack: tuple[str, int, Path, str],
 ) -> None:
     """A 413 decided from the head while the client still sends its body and has not yet
     read an earlier answer (so the answers wait in the gateway's socket): a close with the
     body unread would reset the connection and drop them."""
-    base, _, _ = stack
+    base, _, _, _ = stack
     head = (b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
             b"content-length: %d\r\n\r\n" % (8 * MIB))  # fmt: skip
     with connect(base, rcvbuf=4096, timeout_s=0.5) as s:
