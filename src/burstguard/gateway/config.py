@@ -94,8 +94,9 @@ class LimitsConfig(_Strict):
     )
     max_header_lines: int = Field(100, ge=1, description="header lines per request (431 beyond)")
     max_pipelined: int = Field(
-        16, ge=1, description="requests parsed ahead of their turn on one connection (400 beyond)"
-    )
+        16, ge=1, description="requests parsed ahead of their turn on one connection; what "
+        "follows waits unparsed (and unread) until they are served",
+    )  # fmt: skip
     head_timeout_s: float = Field(
         30.0, gt=0, description="a request head, from its first byte (or the connection's "
         "opening) to its end (408 and close)",

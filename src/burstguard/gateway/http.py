@@ -224,6 +224,7 @@ HeadCheck = Callable[[HttpRequest], Refusal | None]
 # What the connection's one timer waits for (`HttpConnection._expect`).
 _IDLE, _HEAD, _BODY = "idle", "head", "body"
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_SLICE = 4096  # a larger read is parsed in slices of this, to stop at max_pipelined
 
 
 class HttpConnection(asyncio.Protocol):
@@ -250,6 +251,7 @@ class HttpConnection(asyncio.Protocol):
         self._in_message = False  # the parser is between a message's first and last byte
         self._in_body = False
         self._ready: deque[HttpRequest] = deque()  # parsed, waiting to be handled
+        self._unparsed = b""  # read while max_pipelined requests waited: parsed after them
         self._continue: HttpRequest | None = None  # expects 100 Continue, not yet sent
         self._task: asyncio.Task[None] | None = None
         self._responder: Responder | None = None
@@ -311,6 +313,29 @@ class HttpConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._broken:  # answering an error, or lingering: the rest is dropped
             return
+        if len(data) <= _SLICE:
+            self._parse(data)
+        else:
+            self._feed(data)
+        if self._continue is not None:
+            self._send_continue()
+        self._next()
+        self._flow()
+
+    def _feed(self, data: bytes | memoryview) -> None:
+        """Parses a large read a slice at a time, and stops once `max_pipelined` requests
+        wait their turn: the rest is kept unparsed until they are served (reading is paused
+        meanwhile), so many pipelined requests in one read are queued, not refused."""
+        view, limit = memoryview(data), self._server.limits.max_pipelined
+        for at in range(0, len(view), _SLICE):
+            if len(self._ready) >= limit:
+                self._unparsed = bytes(view[at:])
+                return
+            self._parse(view[at : at + _SLICE])
+            if self._broken:
+                return
+
+    def _parse(self, data: bytes | memoryview) -> None:
         if not self._in_body:
             self._head_fed += len(data)  # reset when a head completes in this feed
         try:
@@ -323,10 +348,6 @@ class HttpConnection(asyncio.Protocol):
         limit = self._server.limits.max_head_bytes
         if self._head_fed > limit and not self._in_body and not self._broken:
             self._bad(431, f"request head larger than {limit} bytes", "head_too_large")
-        if self._continue is not None:
-            self._send_continue()
-        self._next()
-        self._flow()
 
     # -- parser callbacks -----------------------------------------------------------
 
@@ -407,14 +428,12 @@ class HttpConnection(asyncio.Protocol):
         if broken:
             req.keep_alive = False
             self._broken = True
-        limit = self._server.limits.max_pipelined
-        if len(self._ready) >= limit:
-            self._bad(400, f"more than {limit} pipelined requests", "too_many_pipelined")
-            return
         self._ready.append(req)
 
     def _bad(self, status: int, message: str, reason: str) -> None:
         """A request that cannot be served: answered (after those before it), then closed."""
+        if self._broken:
+            return  # already answering one, and closing after it
         self._broken = True
         self._req = self._continue = None
         self._server.on_limit(reason)
@@ -452,8 +471,8 @@ class HttpConnection(asyncio.Protocol):
 
     def _on_deadline(self) -> None:
         self._timer = None
-        if self.closed or self._lingering or self._waiting_for is None:
-            return
+        if self.closed or self._broken or self._waiting_for is None:
+            return  # (broken: an error is being answered, then the connection closes)
         if self._loop.time() < self._deadline:
             if self._deadline != math.inf:  # else `_expect` arms it again
                 self._timer = self._loop.call_at(self._deadline, self._on_deadline)
@@ -538,7 +557,10 @@ class HttpConnection(asyncio.Protocol):
             self._responder = None
             if not resp.finished:  # a handler that ended without answering: nothing to reuse
                 self.close()
-            elif not self.closed:
+            elif not self.closed and not self._lingering:
+                if self._unparsed and len(self._ready) < server.limits.max_pipelined:
+                    unparsed, self._unparsed = self._unparsed, b""
+                    self._feed(unparsed)
                 if self._continue is not None:
                     self._send_continue()
                 if self._ready:

@@ -227,8 +227,8 @@ class GatewayMetrics:
         self.refused = Counter(
             "burstguard_connections_refused",
             "Client connections refused or cut because a client broke a limit (max_connections,"
-            " head_timeout, body_timeout, head_too_large, too_many_headers, too_many_pipelined,"
-            " body_too_large, client_stalled, bad_http), by reason",
+            " head_timeout, body_timeout, head_too_large, too_many_headers, body_too_large,"
+            " client_stalled, bad_http), by reason",
             ["reason"],
             registry=r,
         )
