@@ -35,7 +35,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import cast
+from typing import NoReturn, cast
 
 import httptools
 
@@ -241,6 +241,10 @@ class HttpConnection(asyncio.Protocol):
         self._server = server
         self._loop = server.loop
         self.flusher = server.flusher
+        limits = server.limits  # the ones read per request, as plain attributes
+        self._max_head, self._max_lines = limits.max_head_bytes, limits.max_header_lines
+        self._head_timeout_s, self._body_timeout_s = limits.head_timeout_s, limits.body_timeout_s
+        self._keep_alive_s = limits.keep_alive_s
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._req: HttpRequest | None = None  # being parsed
@@ -277,7 +281,7 @@ class HttpConnection(asyncio.Protocol):
             self._transport.close()
             return
         server.connections.add(self)
-        self._expect(_HEAD, server.limits.head_timeout_s)
+        self._expect(_HEAD, self._head_timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -345,9 +349,8 @@ class HttpConnection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             if not self._broken:
                 self._bad(400, f"malformed HTTP request: {exc}", "bad_http")
-        limit = self._server.limits.max_head_bytes
-        if self._head_fed > limit and not self._in_body and not self._broken:
-            self._bad(431, f"request head larger than {limit} bytes", "head_too_large")
+        if self._head_fed > self._max_head and not self._in_body and not self._broken:
+            self._bad(431, f"request head larger than {self._max_head} bytes", "head_too_large")
 
     # -- parser callbacks -----------------------------------------------------------
 
@@ -356,35 +359,35 @@ class HttpConnection(asyncio.Protocol):
         self._head_bytes = self._head_lines = 0
         self._in_message = True
         self._req = HttpRequest("", "", {})
-        self._expect(_HEAD, self._server.limits.head_timeout_s)
+        self._expect(_HEAD, self._head_timeout_s)
 
     def on_url(self, url: bytes) -> None:
         self._url += url
-        self._count_head(len(url))
+        self._head_bytes += len(url)
+        if self._head_bytes > self._max_head:
+            self._head_too_large()
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_head(len(name) + len(value))
+        self._head_bytes += len(name) + len(value)
         self._head_lines += 1
-        if self._head_lines > self._server.limits.max_header_lines:
-            limit = self._server.limits.max_header_lines
-            self._bad(431, f"more than {limit} header lines", "too_many_headers")
-            raise httptools.HttpParserError("too many header lines")
+        if self._head_bytes > self._max_head or self._head_lines > self._max_lines:
+            self._head_too_large()
         assert self._req is not None
         self._req.headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
 
-    def _count_head(self, n: int) -> None:
-        self._head_bytes += n
-        limit = self._server.limits.max_head_bytes
-        if self._head_bytes > limit:
-            self._bad(431, f"request head larger than {limit} bytes", "head_too_large")
-            raise httptools.HttpParserError("head too large")
+    def _head_too_large(self) -> NoReturn:
+        if self._head_lines > self._max_lines:
+            self._bad(431, f"more than {self._max_lines} header lines", "too_many_headers")
+        else:
+            self._bad(431, f"request head larger than {self._max_head} bytes", "head_too_large")
+        raise httptools.HttpParserError("head too large")
 
     def on_headers_complete(self) -> None:
         req = self._req
         assert req is not None
         self._head_fed = 0
         self._in_body = True
-        self._expect(_BODY, self._server.limits.body_timeout_s)
+        self._expect(_BODY, self._body_timeout_s)
         req.method = self._parser.get_method().decode("latin-1")
         req.path = httptools.parse_url(self._url).path.decode("latin-1") if self._url else "/"
         req.keep_alive = bool(self._parser.should_keep_alive())
@@ -517,11 +520,10 @@ class HttpConnection(asyncio.Protocol):
             self._deadline = math.inf  # not the client's fault while we do not read
         else:
             self._transport.resume_reading()
-            limits = self._server.limits
             if self._waiting_for == _HEAD:
-                self._expect(_HEAD, limits.head_timeout_s)
+                self._expect(_HEAD, self._head_timeout_s)
             elif self._waiting_for == _BODY:
-                self._expect(_BODY, limits.body_timeout_s)
+                self._expect(_BODY, self._body_timeout_s)
 
     # -- running handlers -----------------------------------------------------------
 
@@ -566,7 +568,7 @@ class HttpConnection(asyncio.Protocol):
                 if self._ready:
                     self._next()
                 elif not self._in_message:
-                    self._expect(_IDLE, server.limits.keep_alive_s)
+                    self._expect(_IDLE, self._keep_alive_s)
                 self._flow()
 
     def response_done(self, keep_alive: bool) -> None:
