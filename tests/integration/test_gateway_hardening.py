@@ -366,15 +366,16 @@ def test_3_connections_beyond_max_connections_are_closed_at_once(tmp_path: Path)
 
 @pytest.fixture(scope="module")
 def fast_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """A gateway with a 1 s backend read timeout and a 4 s send timeout, in front of the
-    instant emulator (streams as fast as the CPUs allow); yields (gateway, emulator)."""
+    """A gateway with a 1 s backend read timeout, a 4 s send timeout and 2 s keep-alive, in
+    front of the instant emulator (streams as fast as the CPUs allow); yields (gateway,
+    emulator)."""
     tmp = tmp_path_factory.mktemp("hardening-fast")
     with start_emulator(tmp, profile="instant") as emu:
         engine = emu.base_url  # type: ignore[attr-defined]
         port = free_port()
         path = tmp / "gateway.yaml"
         backend = {"url": engine, "read_timeout_s": 1.0}
-        config = {"limits": {"send_timeout_s": 4.0}, "backends": [backend]}
+        config = {"limits": {"send_timeout_s": 4.0, "keep_alive_s": 2.0}, "backends": [backend]}
         path.write_text(yaml.safe_dump(config))
         argv = [*BURSTGUARD, "gateway", "--config", str(path), "--port", str(port)]
         base = f"http://127.0.0.1:{port}"
@@ -446,6 +447,27 @@ def test_4_a_client_pausing_longer_than_the_backend_read_timeout_is_not_blamed_o
             tail = (tail + got)[-4096:]
     assert b'"error"' not in tail, tail
     assert tail.endswith(end), tail[-300:]
+
+
+def test_4_a_connection_whose_answer_was_read_slowly_still_closes_when_idle(
+    fast_stack: tuple[str, str],
+) -> None:
+    """A stream that ended while its client was not reading (the gateway's writes, and its
+    reads, paused): the connection still closes once idle for keep_alive_s (counted from
+    the answer's end, as before: what is left in the buffer is written before the close)."""
+    base, _ = fast_stack
+    end = b"data: [DONE]\n\n\r\n0\r\n\r\n"
+    with connect(base, rcvbuf=4096) as s:
+        s.sendall(stream_request(2000))  # ~340 KB
+        time.sleep(1.0)  # the engine is done long before
+        tail = b""
+        while not tail.endswith(end):
+            got = s.recv(65536)
+            assert got, tail[-300:]
+            tail = (tail + got)[-4096:]
+        t0 = time.monotonic()
+        closed, _ = closed_by_peer(s, 5.0)
+    assert closed and time.monotonic() - t0 < 3.5
 
 
 # -- 5: pipelined bodies ----------------------------------------------------------------
