@@ -224,6 +224,14 @@ class GatewayMetrics:
             ["status"],
             registry=r,
         )
+        self.refused = Counter(
+            "burstguard_connections_refused",
+            "Client connections refused or cut because a client broke a limit (max_connections,"
+            " head_timeout, body_timeout, head_too_large, too_many_headers, body_too_large,"
+            " client_stalled, bad_http), by reason",
+            ["reason"],
+            registry=r,
+        )
         self.output_tokens = Counter(
             "burstguard_output_tokens", "Output tokens streamed to clients", ["class"], registry=r
         )
@@ -284,6 +292,9 @@ class GatewayMetrics:
         self.requests.labels(cls, outcome).inc()
         if outcome == "rejected":
             self.rejections.labels(cls, reason or "unknown").inc()
+
+    def limit_tripped(self, reason: str) -> None:
+        self.refused.labels(reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

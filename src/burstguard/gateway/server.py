@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import orjson
 
 from burstguard.errors import UserError
 from burstguard.gateway.api import (
@@ -94,11 +95,7 @@ access_log = logging.getLogger("burstguard.gateway.access")
 log = logging.getLogger("burstguard.gateway")
 
 _READY_CACHE_S = 1.0
-
-# Clients' pools (aiohttp keeps idle connections 15 s) close theirs before the gateway
-# does; otherwise a request sent on a connection being closed is lost as "server
-# disconnected". (The upstream side, UPSTREAM_IDLE_S, is the same rule the other way.)
-CLIENT_KEEP_ALIVE_S = 75
+_KEYED_ROUTES = frozenset(("/v1/chat/completions", "/v1/completions", "/v1/models"))
 
 
 @dataclass(slots=True)
@@ -167,7 +164,8 @@ class Gateway:
         """Serves until SIGINT/SIGTERM (the CLI's event loop runs this)."""
         server = HttpServer(self.handle, self._refuse,
                             max_body_bytes=self.config.max_body_bytes,
-                            keep_alive_s=CLIENT_KEEP_ALIVE_S,
+                            limits=self.config.limits, check_head=self._check_head,
+                            on_limit=self.metrics.limit_tripped,
                             flush_interval_s=self.config.stream_flush_ms / 1e3)  # fmt: skip
         await self.start()
         # Long-lived objects (config, schemas, metric families) leave the collector's view,
@@ -274,6 +272,17 @@ class Gateway:
         else:
             await route[1](req, resp)
 
+    def _check_head(self, req: HttpRequest) -> tuple[int, str, str] | None:
+        """Refuses from the head alone, before `100 Continue` invites the body: a 401 on a
+        route that needs a key."""
+        if req.path not in _KEYED_ROUTES:
+            return None
+        try:
+            self.auth.authenticate(req.headers.get("authorization"), req.headers.get("x-api-key"))
+        except AuthError as exc:
+            return 401, str(exc), "invalid_api_key"
+        return None
+
     def _generation(self, model: type[GenerationRequest]) -> Route:
         async def endpoint(req: HttpRequest, resp: Responder) -> None:
             await self.generate(req, resp, model)
@@ -343,8 +352,9 @@ class Gateway:
             if not resp.gone:
                 self._end_unexpected(ex)
                 raise
-            if ex.outcome is None:  # the client hung up
+            if ex.outcome is None:  # the client hung up, or was cut for not reading
                 ex.outcome = "cancelled"
+                ex.reason = "client_stalled" if resp.stalled else None
                 self._waiting.pop(rid, None)
                 self.event(Cancel(rid))
         except Exception:
@@ -368,7 +378,7 @@ class Gateway:
         fut: asyncio.Future[Release | Reject], gen: GenerationRequest,
     ) -> None:  # fmt: skip
         """Waits for the core's answer; serves the request, again after each preemption."""
-        data: dict[str, Any] = json.loads(req.body)
+        data: dict[str, Any] = orjson.loads(req.body)  # as parse_request read it
         chat = ex.route.endswith("chat/completions")
         opts = gen.stream_options
         keep = ex.stream and self.backend.resume and self.config.class_by_name(ex.cls).preemptible
@@ -561,7 +571,8 @@ class Gateway:
                 ctype = up.headers.get("content-type", "application/json")
                 status = up.status
         except (aiohttp.ClientError, TimeoutError) as exc:
-            message = f"backend unreachable: {type(exc).__name__}: {exc}"
+            log.warning("backend failed: %s: %s", type(exc).__name__, exc)
+            message = "the backend is unreachable"
             send_error(resp, 503, message, "upstream_error", "backend_unreachable")
             return
         if status != 200:
@@ -583,9 +594,9 @@ class Gateway:
                 ok = await self._probe()
                 self._ready = (now, ok)
         if ok:
-            send_json(resp, 200, {"status": "ready", "backend": self.base})
+            send_json(resp, 200, {"status": "ready"})
         else:
-            message = f"backend {self.base} is not reachable"
+            message = "the backend is not reachable"
             send_error(resp, 503, message, "upstream_error", "backend_unreachable")
 
     async def _probe(self) -> bool:
