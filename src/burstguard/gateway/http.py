@@ -621,7 +621,8 @@ class HttpServer:
     def __init__(
         self, handler: Handler, write_error: ErrorWriter, *, max_body_bytes: int,
         limits: LimitsConfig, flush_interval_s: float = 0.0,
-        check_head: HeadCheck = lambda req: None, on_limit: Callable[[str], None] = lambda reason: None,
+        check_head: HeadCheck = lambda req: None,
+        on_limit: Callable[[str], None] = lambda reason: None,
     ) -> None:  # fmt: skip
         """`check_head` refuses a request from its head alone (before `100 Continue`);
         `on_limit` is told each time a client trips a limit (for a metric)."""
