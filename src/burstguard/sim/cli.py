@@ -84,7 +84,8 @@ def sim(
     summary = summarize(
         result.records, duration_s=duration, slo=slo_target, source="sim",
         extra={"preemptions": result.preemptions, "steps": result.steps,
-               "profile": profile.name, "engine": asdict(engine_config)},
+               "profile": profile.name, "engine": asdict(engine_config),
+               "server_series": result.series},
     )  # fmt: skip
     if gateway_block is not None:
         summary["gateway"] = gateway_block
