@@ -171,7 +171,8 @@ class _Run:
                 record.attempts.append(
                     {"sent_s": self.target_s(attempt.started), "status": attempt.status,
                      "error": attempt.error, "retry_after_s": attempt.retry_after_s,
-                     "delay_s": decision.delay_s, "detail": attempt.detail}
+                     "delay_s": decision.delay_s, "detail": attempt.detail,
+                     "retry_s": _us(self.target_s(time.monotonic() + decision.delay_s))}
                 )  # fmt: skip
                 record.retries += 1
                 self.live.retries += 1
