@@ -5,13 +5,16 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from burstguard.errors import UserError
 from burstguard.workload.options import pattern_options
 from burstguard.workload.synth import PatternSpec
+
+if TYPE_CHECKING:
+    from burstguard.bench.compare import Verdict
 
 SCENARIOS = ("steady-vs-burst",)
 _LOAD, _CLIENT, _OUT = "Load", "Client behaviour", "Output"
@@ -93,8 +96,13 @@ def bench(
         _opt("--retry-budget", help="Max retries per request, e.g. 0.2", panel=_CLIENT),
     ] = None,
     scrape_metrics: Annotated[
-        bool, _opt("--scrape-metrics", help="Poll the target's /metrics each second", panel=_OUT)
-    ] = False,
+        bool | None,
+        _opt(
+            "--scrape-metrics/--no-scrape-metrics",
+            help="Poll the target's /metrics each second (--scenario: on when it has one)",
+            panel=_OUT,
+        ),
+    ] = None,
     metrics_url: Annotated[
         str | None, _opt("--metrics-url", help="Scrape this /metrics URL instead", panel=_OUT)
     ] = None,
@@ -143,6 +151,10 @@ def bench(
         raise UserError(str(exc)) from None
     _check_out(out, force)
     base, served = check_target(target, model)
+    if scrape_metrics is None:
+        from burstguard.bench.preflight import serves_metrics
+
+        scrape_metrics = scenario is not None and metrics_url is None and serves_metrics(base)
     prompts = None
     if prompt_file is not None:
         from burstguard.bench.payload import load_prompt_file
@@ -159,9 +171,9 @@ def bench(
         slo=slo_target, seed=shape_spec.seed,
     )  # fmt: skip
     if scenario == "steady-vs-burst":
-        passed = _steady_vs_burst(config, shape_spec, pattern_spec, report, quiet)
-        if not passed:
-            raise typer.Exit(code=1)
+        from burstguard.report.cli import exit_on
+
+        exit_on(_steady_vs_burst(config, shape_spec, pattern_spec, report, quiet))
         return
     summary = _one_leg(
         config,
@@ -234,7 +246,7 @@ def _steady_vs_burst(
     pattern_spec: PatternSpec | None,
     report: Path | None,
     quiet: bool,
-) -> bool:
+) -> Verdict:
     """Steady leg, then the burst leg at the steady leg's measured request rate."""
     from burstguard.bench.compare import Thresholds
     from burstguard.report.cli import run_compare
@@ -267,7 +279,7 @@ def _steady_vs_burst(
 
         write_compare_report(legs, verdict, report, title=f"burstguard: {title}")
         print(f"report written to {report}")
-    return verdict.passed
+    return verdict
 
 
 def _print_summary(summary: dict[str, Any], out: Path) -> None:

@@ -9,12 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from burstguard.bench.compare import KV_METRICS, QUEUE_METRICS, server_column
+from burstguard.bench.compare import KV_METRICS, QUEUE_METRICS, preemptions, server_column
 from burstguard.bench.records import RequestRecord, read_records
 from burstguard.bench.summary import read_summary
 
 RUNNING_METRICS = ("vllm:num_requests_running",)
-PREEMPTION_METRICS = ("vllm:num_preemptions_total",)
 STEP_TOKENS_SUM = ("vllm:iteration_tokens_total_sum",)
 STEP_COUNT = ("vllm:iteration_tokens_total_count",)
 REPLICA_METRICS = ("replicas", "burstguard_replicas")
@@ -32,7 +31,6 @@ class RunData:
     waiting: np.ndarray | None = None
     running: np.ndarray | None = None
     kv: np.ndarray | None = None
-    preemptions_total: np.ndarray | None = None
     step_tokens: np.ndarray | None = None  # cumulative sum of tokens over engine steps
     steps: np.ndarray | None = None  # cumulative count of engine steps
     replicas: np.ndarray | None = None
@@ -63,7 +61,6 @@ class RunData:
             waiting=server_column(summary, QUEUE_METRICS),
             running=server_column(summary, RUNNING_METRICS),
             kv=server_column(summary, KV_METRICS),
-            preemptions_total=server_column(summary, PREEMPTION_METRICS),
             step_tokens=server_column(summary, STEP_TOKENS_SUM),
             steps=server_column(summary, STEP_COUNT),
             replicas=server_column(summary, REPLICA_METRICS),
@@ -72,13 +69,7 @@ class RunData:
 
     def preemptions(self) -> float | None:
         """Preemptions during the run: the sim's own count, else the counter's increase."""
-        value = self.summary.get("preemptions")
-        if isinstance(value, int | float):
-            return float(value)
-        col = self.preemptions_total
-        if col is None or col.size == 0 or np.all(np.isnan(col)):
-            return None
-        return float(np.nanmax(col) - np.nanmin(col))
+        return preemptions(self.summary)
 
 
 def _is_run_dir(path: Path) -> bool:
