@@ -48,6 +48,14 @@ def bench(
     concurrency: Annotated[
         int | None, _opt("--concurrency", help="Closed loop: N users (seed baseline 32)")
     ] = None,
+    burst_cycle: Annotated[
+        bool,
+        _opt(
+            "--burst-cycle",
+            help="Closed loop, the seed's script: --burst-size at once, wait for all, "
+            "idle --idle s, repeat",
+        ),
+    ] = False,
     think_time: Annotated[
         float, _opt("--think-time", help="Closed loop: seconds between a user's requests")
     ] = 0.0,
@@ -137,8 +145,13 @@ def bench(
     if (ramp_up or 0.0) < 0 or think_time < 0:
         raise UserError("--ramp-up and --think-time must be >= 0")
     chosen = sum(x is not None for x in (pattern_spec, workload_file, concurrency))
+    chosen += burst_cycle
     if scenario is None and chosen != 1:
-        raise UserError("give exactly one of --pattern NAME, --workload FILE, --concurrency N")
+        raise UserError(
+            "give exactly one of --pattern NAME, --workload FILE, --concurrency N, --burst-cycle"
+        )
+    if scenario is not None and burst_cycle:
+        raise UserError("--burst-cycle is a load of its own: not with --scenario")
     if scenario is not None and scenario not in SCENARIOS:
         raise UserError(f"--scenario {scenario!r}: use one of {', '.join(SCENARIOS)}")
     try:
@@ -168,7 +181,7 @@ def bench(
         ramp_up_s=min(10.0, shape_spec.duration_s / 10) if ramp_up is None else ramp_up,
         duration_s=None if workload_file else shape_spec.duration_s,  # a trace runs to its end
         scrape_url=metrics_url or (f"{base}/metrics" if scrape_metrics else None),
-        slo=slo_target, seed=shape_spec.seed,
+        slo=slo_target, seed=shape_spec.seed, cycle=_cycle(shape_spec) if burst_cycle else None,
     )  # fmt: skip
     if scenario == "steady-vs-burst":
         from burstguard.report.cli import exit_on
@@ -213,7 +226,7 @@ def _workload(
     trace_flags: tuple[str | None, float, float, float] = (None, 1.0, 1.0, 1.0),
 ) -> Any:
     """The workload to send; `trace_flags`: --window, --speed, --prompt-scale, --output-scale."""
-    from burstguard.workload.synth import synthesize
+    from burstguard.workload.synth import shape_pool, synthesize
     from burstguard.workload.traces import load_workload
     from burstguard.workload.transform import window_and_speed
 
@@ -222,15 +235,21 @@ def _workload(
     elif pattern_spec is not None:
         workload = synthesize(pattern_spec)
     else:  # closed loop: a pool of request shapes, used in turn
-        pool = max(1000, min(100_000, int(shape_spec.duration_s * 200)))
-        workload = synthesize(
-            dataclasses.replace(
-                shape_spec, pattern="constant", rate=pool / shape_spec.duration_s, envelope=None
-            )
-        )
+        workload = shape_pool(shape_spec)
     if len(workload) == 0:
         raise UserError("the workload has no requests")
     return workload
+
+
+def _cycle(shape_spec: PatternSpec) -> Any:
+    from burstguard.workload.cycle import CycleSpec
+
+    try:
+        return CycleSpec(
+            shape_spec.burst_size, shape_spec.idle_s, shape_spec.duration_s, shape_spec.seed
+        )
+    except ValueError as exc:
+        raise UserError(f"--burst-cycle: {exc}") from None
 
 
 def _one_leg(config: Any, workload: Any, quiet: bool) -> dict[str, Any]:
