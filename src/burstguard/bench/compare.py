@@ -310,17 +310,23 @@ def _kv_peak(steady: dict[str, Any], burst: dict[str, Any], th: Thresholds) -> C
 
 
 def _jitter(summary: dict[str, Any]) -> float | None:
+    """ITL p99 over its mean: the mean, not the p50, since tokens that reach the client in
+    one read have zero gaps, and a p50 of zero makes the ratio meaningless."""
     block = summary.get("itl_s")
-    if not isinstance(block, dict) or not block.get("p50") or block.get("p99") is None:
+    if not isinstance(block, dict) or not block.get("mean") or block.get("p99") is None:
         return None
-    return float(block["p99"]) / float(block["p50"])
+    return float(block["p99"]) / float(block["mean"])
 
 
 def _jitter_check(steady: dict[str, Any], burst: dict[str, Any], th: Thresholds) -> Check:
-    """ITL p99/p50 of the burst leg over the steady leg's: a stall in the token stream
-    (a long prefill in the batch, a preemption) shows in the spread before the p95."""
-    return _ratio_check("itl_jitter_ratio", "ITL jitter (p99/p50) burst/steady",
-                        _jitter(steady), _jitter(burst), th.max_itl_jitter_ratio)  # fmt: skip
+    """ITL jitter (p99/mean) of the burst leg over the steady leg's: a stall in the token
+    stream (a long prefill in the batch, a preemption) shows in the spread before the p95."""
+    name, label = "itl_jitter_ratio", "ITL jitter (p99/mean) burst/steady"
+    s, b = _jitter(steady), _jitter(burst)
+    if s is None or b is None:
+        limit = f"<= {th.max_itl_jitter_ratio:g}x"
+        return Check(name, label, s, b, None, limit, "n/a", "no ITL in a leg (not streamed)")
+    return _ratio_check(name, label, s, b, th.max_itl_jitter_ratio)
 
 
 def schedule_lag_problems(legs: dict[str, dict[str, Any]], limit_s: float) -> list[str]:

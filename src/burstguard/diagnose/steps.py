@@ -28,7 +28,7 @@ class Limits:
     """Where a symptom starts to count. The defaults call healthy runs healthy."""
 
     retry_amplification: float = 1.1  # attempts per request
-    queue_s: float = 2.0  # seconds with a non-empty queue
+    queue_s: float = 2.0  # seconds from a queue's peak until it is empty again
     kv_ceiling: float = 0.95  # KV usage counted as full
     kv_room: float = 0.90  # KV usage below this leaves room to admit
     share: float = 0.5  # share of queued samples a cause must explain
@@ -235,11 +235,13 @@ def queue(run: RunData, lim: Limits) -> Finding:
         if isinstance(queue_wait, dict) and queue_wait.get("p95") is not None
         else None,
     }
-    if queued_s < lim.queue_s and not drain.undrained:
+    worst = max(drain.drain_s, default=0.0)
+    if worst < max(lim.queue_s, 2 * split.dt) and not drain.undrained:
         return Finding(
             "queue",
             "not_found",
-            f"queue non-empty for {queued_s:.1f} s (peak {drain.peak:.0f})",
+            f"no lasting queue: peak {drain.peak:.0f} waiting, empty again within "
+            f"{worst:.1f} s ({split.dt:.1f} s between samples)",
             evidence,
         )
     share = None
