@@ -93,8 +93,8 @@ def test_batch_building_limit_without_chunked_prefill(tmp_path: Path) -> None:
 
 def test_kv_pressure_from_low_gpu_memory_utilization(tmp_path: Path) -> None:
     result = bench_and_diagnose(
-        tmp_path, ["--gpu-memory-utilization", "0.25"], *BURSTS, "--prompt-tokens", "4000",
-        "--output-tokens", "256",
+        tmp_path, ["--gpu-memory-utilization", "0.25"], *BURSTS, "--prompt-tokens", "3000",
+        "--output-tokens", "1024",
     )  # fmt: skip
     kv = step(result, "kv_memory")
     assert result["first_cause"] == "kv_memory", kv

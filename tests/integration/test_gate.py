@@ -65,3 +65,24 @@ def test_baseline_gate_fails_a_slower_engine_and_passes_the_same_one(tmp_path: P
     assert code == 1
     ttft = check(verdict, "ttft_p95_regression")
     assert ttft["status"] == "fail" and ttft["burst"] > 1.1 * ttft["steady"]
+
+
+def test_sim_scenario_runs_the_seeds_two_legs_in_virtual_time(tmp_path: Path) -> None:
+    out = tmp_path / "svb"
+    proc = subprocess.run(
+        [*BURSTGUARD, "sim", "--scenario", "steady-vs-burst", "--out", str(out),
+         "--duration", "120", "--prompt-tokens", "1024", "--output-tokens", "256"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the seed's bursts fail the gate
+    steady = json.loads((out / "steady" / "summary.json").read_text())
+    burst = json.loads((out / "burst" / "summary.json").read_text())
+    assert steady["mode"] == "closed" and steady["concurrency"] == 32
+    assert 0.8 < burst["offered_rate_rps"] / steady["offered_rate_rps"] < 1.25
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert check(verdict, "ttft_p95_ratio")["status"] in ("fail", "serious")
+    assert check(verdict, "queue_drain")["status"] != "n/a"  # the sim records the queue
+    diag = subprocess.run([*BURSTGUARD, "diagnose", str(out), "--json"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    legs = json.loads(diag.stdout)
+    assert [leg["first_cause"] for leg in legs] == [None, "batch_building"]

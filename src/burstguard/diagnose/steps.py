@@ -28,7 +28,7 @@ class Limits:
     """Where a symptom starts to count. The defaults call healthy runs healthy."""
 
     retry_amplification: float = 1.1  # attempts per request
-    queue_s: float = 2.0  # seconds from a queue's peak until it is empty again
+    queue_s: float = 1.0  # peak to empty (s): twice the seed's 0.5 s TTFT target
     kv_ceiling: float = 0.95  # KV usage counted as full
     kv_room: float = 0.90  # KV usage below this leaves room to admit
     share: float = 0.5  # share of queued samples a cause must explain
@@ -287,12 +287,13 @@ def queue(run: RunData, lim: Limits) -> Finding:
 
 
 def _tokens_per_step(run: RunData, mask: np.ndarray) -> float | None:
-    """Mean tokens per engine step over the sample intervals that end in `mask`."""
+    """Mean tokens per engine step over the sample intervals that begin and end in `mask`
+    (an interval that only ends there mostly holds the steps before the queue formed)."""
     if run.step_tokens is None or run.steps is None:
         return None
     d_tokens = np.diff(np.nan_to_num(run.step_tokens))
     d_steps = np.diff(np.nan_to_num(run.steps))
-    sel = mask[1:] & (d_steps > 0)
+    sel = mask[1:] & mask[:-1] & (d_steps > 0)
     if not sel.any():
         return None
     return float(d_tokens[sel].sum() / d_steps[sel].sum())
@@ -344,7 +345,10 @@ def batch_building(run: RunData, lim: Limits, queue_found: bool) -> Finding:
     if split.kv_room is None:
         missing.append("vllm:kv_cache_usage_perc (KV room assumed)")
     if per_step is None:
-        missing.append("vllm:iteration_tokens_total (tokens per step)")
+        missing.append(
+            "tokens per step while queued (vllm:iteration_tokens_total, and "
+            "a queue lasting two samples)"
+        )
     if not split.cap_known:
         missing.append("the engine's --max-num-seqs (taken as the highest running count seen)")
     if share < lim.share:

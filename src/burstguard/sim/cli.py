@@ -3,7 +3,7 @@ optionally behind the gateway's policies (`--gateway gateway.yaml`) to compare t
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -68,17 +68,36 @@ def sim(
             help="The seed's script: --burst-size at once, wait for all, idle --idle s, repeat.",
         ),
     ] = False,
+    scenario: Annotated[
+        str | None,
+        typer.Option(
+            "--scenario",
+            help="steady-vs-burst: --concurrency users (32), then the seed's bursts at their rate.",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="--scenario: directory for both legs.")
+    ] = None,
 ) -> None:
     """Simulate one engine on a workload; prints latency percentiles (engine time).
 
-    The load is one of --trace, --pattern (open loop), --concurrency N (closed loop) or
-    --burst-cycle (the seed's closed burst cycle)."""
+    The load is one of --trace, --pattern (open loop), --concurrency N (closed loop),
+    --burst-cycle (the seed's closed burst cycle), or --scenario steady-vs-burst (both of
+    the seed's legs and compare's verdict, as `bench --scenario` on a live server)."""
     from burstguard.bench.records import write_records
-    from burstguard.bench.summary import Slo, summarize, write_summary
+    from burstguard.bench.summary import Slo, write_summary
     from burstguard.sim.loop import simulate
     from burstguard.workload.synth import synthesize
     from burstguard.workload.traces import load_workload
 
+    if scenario is not None:
+        if scenario != "steady-vs-burst" or out is None:
+            raise UserError("--scenario steady-vs-burst needs --out DIR")
+        if trace is not None or pattern_spec is not None or burst_cycle or gateway is not None:
+            raise UserError("--scenario makes its own legs: no --trace/--pattern/--burst-cycle")
+        concurrency = concurrency or 32
+        return _scenario(out, shape_spec, engine_config, profile, concurrency, think_time,
+                         ramp_up, slo)  # fmt: skip
     closed = concurrency is not None or burst_cycle
     chosen = (trace is not None) + (pattern_spec is not None) + (concurrency is not None)
     if chosen + burst_cycle != 1:
@@ -121,12 +140,7 @@ def sim(
         duration = float(workload.arrival_s[-1]) if len(workload) else 0.0
         if pattern_spec is not None:
             duration = pattern_spec.duration_s
-    summary = summarize(
-        result.records, duration_s=duration, slo=slo_target, source="sim",
-        extra={"preemptions": result.preemptions, "steps": result.steps,
-               "profile": profile.name, "engine": asdict(engine_config),
-               "server_series": result.series, **extra},
-    )  # fmt: skip
+    summary = _summary(result, duration, slo_target, profile, engine_config, extra)
     if json_out:
         write_summary(json_out, summary)
     if records_out:
@@ -145,6 +159,69 @@ def sim(
     )
     if "gateway" in summary:
         print(class_table(summary))
+
+
+def _summary(
+    result: SimResult,
+    duration: float,
+    slo: Any,
+    profile: Profile,
+    engine_config: EngineConfig,
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    from burstguard.bench.summary import summarize
+
+    return summarize(
+        result.records, duration_s=duration, slo=slo, source="sim",
+        extra={"preemptions": result.preemptions, "steps": result.steps,
+               "profile": profile.name, "engine": asdict(engine_config),
+               "server_series": result.series, **extra},
+    )  # fmt: skip
+
+
+def _scenario(
+    out: Path,
+    shape_spec: PatternSpec,
+    engine_config: EngineConfig,
+    profile: Profile,
+    users: int,
+    think_time: float,
+    ramp_up: float | None,
+    slo: str,
+) -> None:
+    """The seed's steady leg (closed loop) and burst leg (its pattern at the steady leg's
+    measured rate) in virtual time, written as bench writes them, and compare's verdict."""
+    import json
+
+    from burstguard.bench.compare import compare
+    from burstguard.bench.records import write_records
+    from burstguard.bench.summary import Slo, write_summary
+    from burstguard.report.cli import exit_on
+    from burstguard.report.table import print_verdict
+    from burstguard.sim.loop import simulate
+    from burstguard.workload.synth import synthesize
+
+    try:
+        slo_target = Slo.parse(slo)
+    except ValueError as exc:
+        raise UserError(f"--slo: {exc}") from None
+    duration = shape_spec.duration_s
+    steady_result, extra = _closed(shape_spec, engine_config, profile, users, think_time,
+                                   ramp_up, False)  # fmt: skip
+    steady = _summary(steady_result, duration, slo_target, profile, engine_config, extra)
+    rate = steady["requests"] / duration
+    burst_wl = synthesize(replace(shape_spec, pattern="burst", rate=rate))
+    burst_result = simulate(burst_wl, engine_config, profile)
+    burst = _summary(burst_result, duration, slo_target, profile, engine_config, {"mode": "open"})
+    for leg, summary, result in (("steady", steady, steady_result),
+                                 ("burst", burst, burst_result)):  # fmt: skip
+        write_summary(out / leg / "summary.json", summary)
+        write_records(out / leg / "records.jsonl", result.records)
+    verdict = compare(steady, burst, legs={"steady": "steady", "burst": "burst"})
+    (out / "verdict.json").write_text(json.dumps(verdict.to_dict(), indent=2) + "\n")
+    print_verdict(verdict, title=f"sim: {users} users vs seed bursts at {rate:.2f} req/s")
+    print(f"legs in {out}/steady and {out}/burst, verdict in {out}/verdict.json")
+    exit_on(verdict)
 
 
 def _closed(
