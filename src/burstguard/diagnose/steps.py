@@ -5,7 +5,7 @@ evidence as numbers, and the seed's fixes as concrete flags and values. The step
 the engine's series the way an operator reads a dashboard: a sample is *queued* when the
 waiting queue is non-empty, *at the slot cap* when the running count is at max-num-seqs
 (or, when the setting is unknown, the highest running count seen), *KV full* at the
-ceiling of the KV cache.
+90% mark of the KV cache (the seed keeps 10-20% headroom).
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ class Limits:
 
     retry_amplification: float = 1.1  # attempts per request
     queue_s: float = 1.0  # peak to empty (s): twice the seed's 0.5 s TTFT target
-    kv_ceiling: float = 0.95  # KV usage counted as full
-    kv_room: float = 0.90  # KV usage below this leaves room to admit
+    kv_full: float = 0.90  # KV usage from here is full (the seed: keep 10-20% headroom)
     share: float = 0.5  # share of queued samples a cause must explain
     scaling_lag_s: float = 30.0  # queue this long before a replica is added
 
@@ -202,7 +201,8 @@ def _split(run: RunData, lim: Limits) -> _Queued | None:
     kv_full = kv_room = None
     if run.kv is not None:
         kv = np.nan_to_num(run.kv)
-        kv_full, kv_room = kv >= lim.kv_ceiling, kv < lim.kv_room
+        kv_full = kv >= lim.kv_full
+        kv_room = ~kv_full
     return _Queued(t, _interval(t), waiting > 0.5, cap, known, at_cap, kv_full, kv_room)
 
 
@@ -427,7 +427,7 @@ def kv_memory(run: RunData, lim: Limits) -> Finding:
                     float(free.sum()) * split.dt, 2
                 )
     peak = evidence.get("kv_peak")
-    full = peak is not None and peak >= lim.kv_ceiling
+    full = peak is not None and peak >= lim.kv_full
     if not full and not preempted:
         text = "no preemptions" + (f", KV peak {peak:.0%}" if peak is not None else "")
         return Finding("kv_memory", "not_found", text, evidence)
