@@ -41,6 +41,9 @@ def test_burst_gate_script_gates_diagnoses_and_compares_to_a_baseline(tmp_path: 
         assert (tmp_path / "v1" / name).stat().st_size > 0, name
     verdict = json.loads((tmp_path / "v1" / "verdict.json").read_text())
     assert verdict["passed"] is False and verdict["valid"] is True
+    # the script passes no --scrape-metrics: the scenario scraped the emulator's /metrics
+    drain = next(c for c in verdict["checks"] if c["name"] == "queue_drain")
+    assert drain["status"] != "n/a", drain
     diagnosis = json.loads((tmp_path / "v1" / "diagnosis.json").read_text())
     assert [d["run"].rsplit("/", 1)[-1] for d in diagnosis] == ["steady", "burst"]
     # the next release: same engine, gated against v1 (wide tolerance: live timing noise)

@@ -179,8 +179,7 @@ class _Queued:
     cap: float | None  # max-num-seqs, or the highest running count seen
     cap_known: bool
     at_cap: np.ndarray | None
-    kv_full: np.ndarray | None
-    kv_room: np.ndarray | None
+    kv_full: np.ndarray | None  # KV usage >= Limits.kv_full; below it, KV has room
 
 
 def _split(run: RunData, lim: Limits) -> _Queued | None:
@@ -198,12 +197,8 @@ def _split(run: RunData, lim: Limits) -> _Queued | None:
     if cap is not None and run.running is not None:
         # a scrape right after a step that finished requests sees a slot or two free
         at_cap = np.nan_to_num(run.running) >= cap - np.floor(0.1 * cap)
-    kv_full = kv_room = None
-    if run.kv is not None:
-        kv = np.nan_to_num(run.kv)
-        kv_full = kv >= lim.kv_full
-        kv_room = ~kv_full
-    return _Queued(t, _interval(t), waiting > 0.5, cap, known, at_cap, kv_full, kv_room)
+    kv_full = None if run.kv is None else np.nan_to_num(run.kv) >= lim.kv_full
+    return _Queued(t, _interval(t), waiting > 0.5, cap, known, at_cap, kv_full)
 
 
 def queue(run: RunData, lim: Limits) -> Finding:
@@ -323,7 +318,7 @@ def batch_building(run: RunData, lim: Limits, queue_found: bool) -> Finding:
     if not queue_found:
         return Finding("batch_building", "not_found", "no queue for batch building to explain")
     q = split.queued
-    room = split.kv_room if split.kv_room is not None else np.ones_like(q)
+    room = ~split.kv_full if split.kv_full is not None else np.ones_like(q)
     below = q & ~split.at_cap & room
     share = float(below.sum() / q.sum()) if q.any() else 0.0
     budget = run.engine.get("max_num_batched_tokens")
@@ -342,7 +337,7 @@ def batch_building(run: RunData, lim: Limits, queue_found: bool) -> Finding:
         "prompt_tokens_p95": _r(prompt, 0),
     }
     missing = []
-    if split.kv_room is None:
+    if split.kv_full is None:
         missing.append("vllm:kv_cache_usage_perc (KV room assumed)")
     if per_step is None:
         missing.append(

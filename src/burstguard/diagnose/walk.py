@@ -45,23 +45,28 @@ class Diagnosis:
         }
 
 
+def _queue_cause(by: dict[str, Finding]) -> Cause:
+    """What a found queue comes from (see the module docstring)."""
+    batch, kv = by["batch_building"], by["kv_memory"]
+    if batch.found and kv.found:
+        share_b = batch.evidence.get("queued_below_slot_cap_with_kv_room_share") or 0.0
+        share_k = kv.evidence.get("queued_with_kv_full_share") or 0.0
+        return "kv_memory" if share_k >= share_b else "batch_building"
+    if batch.found:
+        return "batch_building"
+    if kv.found:
+        return "kv_memory"
+    return "scaling_lag" if by["scaling_lag"].found else "queue"
+
+
 def root_cause(findings: list[Finding]) -> Cause | None:
     """The first root cause in the seed's order (see the module docstring)."""
     by = {f.step: f for f in findings}
     if by["retry_storm"].found:
         return "retry_storm"
-    batch, kv = by["batch_building"], by["kv_memory"]
     if by["queue"].found:
-        if batch.found and kv.found:
-            share_b = batch.evidence.get("queued_below_slot_cap_with_kv_room_share") or 0.0
-            share_k = kv.evidence.get("queued_with_kv_full_share") or 0.0
-            return "kv_memory" if share_k >= share_b else "batch_building"
-        if batch.found:
-            return "batch_building"
-        if kv.found:
-            return "kv_memory"
-        return "scaling_lag" if by["scaling_lag"].found else "queue"
-    if kv.found:
+        return _queue_cause(by)
+    if by["kv_memory"].found:
         return "kv_memory"
     return "scaling_lag" if by["scaling_lag"].found else None
 
@@ -77,7 +82,6 @@ def diagnose(run: RunData, limits: Limits | None = None) -> Diagnosis:
         kv_memory(run, lim),
         scaling_lag(run, lim, q.found),
     ]
-    cause = root_cause(findings)
-    if q.found and cause not in (None, "queue", "retry_storm"):
-        q.evidence["caused_by"] = cause
-    return Diagnosis(run.name, run.source, cause, findings)
+    if q.found:
+        q.evidence["caused_by"] = _queue_cause({f.step: f for f in findings})
+    return Diagnosis(run.name, run.source, root_cause(findings), findings)
