@@ -39,28 +39,32 @@ class SeriesRecorder:
         self.core = core
         self.interval_s = interval_s
         self.columns: dict[str, list[float]] = {"t": [], **{c: [] for c in COLUMNS}}
-        self._state = self._read(0, 0)
         self._tokens = 0
         self._steps = 0
+        self._state = self._read()
+        self._next_t = 0.0
 
-    def _read(self, tokens: int, steps: int) -> tuple[float, ...]:
-        s = self.core.stats
+    def _read(self) -> tuple[float, ...]:
+        """The gauges, read straight from the core (this runs after every step)."""
+        core = self.core
+        sched = core.scheduler
         return (
-            float(s.num_waiting),
-            float(s.num_running),
-            s.kv_cache_usage,
-            float(s.num_preemptions_total),
-            float(tokens),
-            float(steps),
+            float(len(sched.waiting)),
+            float(len(sched.running)),
+            core.pool.usage,
+            float(core.num_preemptions),
+            float(self._tokens),
+            float(self._steps),
         )
 
     def observe(self, now: float, tokens: int = 0, steps: int = 0) -> None:
         """The engine's state changed at `now` after `steps` steps that computed `tokens`
         tokens (prefill and decode): samples due before `now` keep the previous state."""
-        self._fill_until(now)
+        if now > self._next_t:
+            self._fill_until(now)
         self._tokens += tokens
         self._steps += steps
-        self._state = self._read(self._tokens, self._steps)
+        self._state = self._read()
 
     def _fill_until(self, t: float) -> None:
         times = self.columns["t"]
@@ -70,6 +74,7 @@ class SeriesRecorder:
             for name, value in zip(COLUMNS, self._state, strict=True):
                 self.columns[name].append(value)
             next_t = len(times) * self.interval_s
+        self._next_t = next_t
 
     def series(self, end_s: float) -> dict[str, Any]:
         """The `server_series` block, sampled up to and including `end_s`."""
