@@ -94,7 +94,7 @@ def compare_cmd(
     max_tpot_p95_ratio: Annotated[float, typer.Option(help="TPOT stability limit")] = 1.5,
     max_itl_p95_ratio: Annotated[float, typer.Option(help="ITL stability limit")] = 1.5,
     max_itl_jitter_ratio: Annotated[
-        float, typer.Option(help="burst ITL p99/p50 <= this x steady's")
+        float, typer.Option(help="burst ITL p99/mean <= this x steady's")
     ] = 2.0,
     min_slo: Annotated[float, typer.Option(help="minimum SLO attainment of each leg")] = 0.95,
     max_drain_s: Annotated[
