@@ -45,7 +45,7 @@ class Diagnosis:
         }
 
 
-def _queue_cause(by: dict[str, Finding]) -> Cause:
+def _queue_cause(by: dict[Cause, Finding]) -> Cause:
     """What a found queue comes from (see the module docstring)."""
     batch, kv = by["batch_building"], by["kv_memory"]
     if batch.found and kv.found:

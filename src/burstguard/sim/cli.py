@@ -120,6 +120,7 @@ def sim(
 
         gateway_config = GatewayConfig.load(gateway)
     extra: dict[str, Any] = {}
+    result: SimResult
     if closed:
         result, extra = _closed(
             shape_spec, engine_config, profile, concurrency, think_time, ramp_up, burst_cycle
@@ -134,7 +135,7 @@ def sim(
 
             gw_result = simulate_gateway(workload, engine_config, profile, gateway_config)
             extra["gateway"] = gateway_summary(gw_result, gateway_config, source=str(gateway))
-            result: SimResult = gw_result
+            result = gw_result
         else:
             result = simulate(workload, engine_config, profile)
         duration = float(workload.arrival_s[-1]) if len(workload) else 0.0
