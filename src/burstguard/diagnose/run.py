@@ -97,6 +97,7 @@ def load(path: Path) -> RunData:
     spath = path / "summary.json" if path.is_dir() else path
     summary = read_summary(spath)
     rpath = spath.parent / "records.jsonl"
-    records = list(read_records(rpath)) if path.is_dir() and rpath.is_file() else []
+    beside = path.is_dir() or spath.name == "summary.json"  # a run directory's own records
+    records = list(read_records(rpath)) if beside and rpath.is_file() else []
     name = str(path)
     return RunData.from_summary(name, summary, records)
