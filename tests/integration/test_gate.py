@@ -86,3 +86,16 @@ def test_sim_scenario_runs_the_seeds_two_legs_in_virtual_time(tmp_path: Path) ->
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     legs = json.loads(diag.stdout)
     assert [leg["first_cause"] for leg in legs] == [None, "batch_building"]
+
+
+def test_sim_load_flags_refuse_bad_combinations() -> None:
+    for args, words in (
+        (["--burst-cycle", "--rate", "3"], "--rate does not apply"),
+        (["--concurrency", "3", "--pattern", "burst"], "exactly one of"),
+        (["--scenario", "steady-vs-burst"], "needs --out"),
+        (["--concurrency", "4", "--gateway", "examples/gateway.yaml"], "open-loop loads only"),
+    ):
+        proc = subprocess.run([*BURSTGUARD, "sim", *args], capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert words in proc.stderr and "Traceback" not in proc.stderr

@@ -244,6 +244,11 @@ def _workload(
 def _cycle(shape_spec: PatternSpec) -> Any:
     from burstguard.workload.cycle import CycleSpec
 
+    if shape_spec.rate is not None:
+        raise UserError(
+            "--rate does not apply to --burst-cycle: its load waits for each burst to finish "
+            "(set --burst-size and --idle instead)"
+        )
     try:
         return CycleSpec(
             shape_spec.burst_size, shape_spec.idle_s, shape_spec.duration_s, shape_spec.seed

@@ -243,6 +243,8 @@ def _closed(
     duration = shape_spec.duration_s
     client: Client
     if burst_cycle:
+        if shape_spec.rate is not None:
+            raise UserError("--rate does not apply to --burst-cycle (set --burst-size, --idle)")
         try:
             spec = CycleSpec(shape_spec.burst_size, shape_spec.idle_s, duration, shape_spec.seed)
         except ValueError as exc:
