@@ -49,6 +49,7 @@ from burstguard.gateway.events import (
 from burstguard.gateway.request import BackendState, GatewayRequest
 from burstguard.sim.heap import EventHeap
 from burstguard.sim.loop import RecordBook, SimResult, served_prompt
+from burstguard.sim.series import SeriesRecorder
 from burstguard.workload.spec import Workload
 
 __all__ = ["GatewaySimResult", "gateway_summary", "simulate_gateway"]
@@ -82,6 +83,7 @@ class _GatewaySim:
         self.heap = EventHeap()
         self.gw = GatewayCore(gateway)
         self.engine = EngineCore(engine, profile)
+        self.recorder = SeriesRecorder(self.engine)
         self.book = RecordBook()
         self.max_tokens: dict[str, int] = {}
         self.steps = 0
@@ -195,6 +197,7 @@ class _GatewaySim:
         result = self.engine.end_step()
         self.steps += 1
         events = self.book.apply(result)
+        self.recorder.observe(now, result.num_prefill_tokens + result.num_decode_seqs, 1)
         for rid in events.first_token:
             self.event(FirstToken(rid), now)
         for rid in events.finished:
@@ -215,6 +218,7 @@ class _GatewaySim:
             preemptions=self.engine.stats.num_preemptions_total,
             steps=self.steps,
             end_s=end,
+            series=self.recorder.series(end),
             gateway=self.gw.stats,
             reprefill_tokens=self.reprefill_tokens,
         )
