@@ -152,3 +152,21 @@ def test_a_queued_request_expires_only_at_twice_its_deadline() -> None:
     gw.submit(req(1, "interactive"), 0.0)  # interactive: queue deadline 5 s
     assert gw.expire(7.5) == []
     assert [r.id for r in gw.expire(10.1)] == ["r1"]
+
+
+def test_the_backend_tokenizer_counts_prompts(tmp_path: Path, reference_tokenizer: Path) -> None:
+    """`auto` with the reference model counts a Chinese prompt with its real tokenizer (the
+    estimate would not match it exactly); a bad tokenizer path is refused at start."""
+    from burstguard.gateway.api import CompletionRequest
+    from burstguard.gateway.server import Gateway
+    from burstguard.tokenizer import load_tokenizer
+
+    prompt = "用通俗的语言解释什么是量子纠缠，并给出三个生活化类比。"
+    backend = {"url": "http://127.0.0.1:8000", "model": "smollm2-135m-instruct"}
+    gw = Gateway(GatewayConfig.model_validate({"backends": [backend]}))
+    gen = CompletionRequest.model_validate({"model": "m", "prompt": prompt})
+    assert gen.prompt_tokens(gw.prompt_counter.count) == load_tokenizer(
+        reference_tokenizer).count(prompt)  # fmt: skip
+    bad = {**backend, "tokenizer": str(tmp_path / "missing.json")}
+    with pytest.raises(UserError, match="cannot load a tokenizer"):
+        Gateway(GatewayConfig.model_validate({"backends": [bad]}))
