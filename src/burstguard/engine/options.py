@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 import typer
 
 from burstguard.engine.config import SCHEDULING_POLICIES, EngineConfig
-from burstguard.engine.profile import Profile, list_profiles
+from burstguard.engine.machine import this_cpu
+from burstguard.engine.profile import Profile, list_profiles, machine_profile_path
 from burstguard.errors import UserError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -113,6 +114,18 @@ def _option_params() -> list[inspect.Parameter]:
     ]
 
 
+def _say_where_fitted(profile: Profile) -> None:
+    """On stderr: a CPU fit used on another CPU, or that this machine's own fit is used."""
+    import sys
+
+    warning = profile.cpu_warning(this_cpu())
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    elif profile.path == machine_profile_path(profile.name).resolve():
+        print(f"profile {profile.name}: this machine's calibration ({profile.path})",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+
 def engine_options(func: F) -> F:
     """Adds the engine flags to a typer command that takes `profile` and `engine_config`."""
     sig = inspect.signature(func, eval_str=True)
@@ -132,6 +145,7 @@ def engine_options(func: F) -> F:
         values = {name: kwargs.pop(name) for name in names}
         _switches(values)
         profile = Profile.load(values.pop("engine_profile"))
+        _say_where_fitted(profile)
         config = EngineConfig(**values)
         return func(*args, profile=profile, engine_config=config, **kwargs)
 
