@@ -28,13 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from burstguard.bench import stream
 from burstguard.bench.payload import Api, PayloadBuilder
 from burstguard.bench.records import RecordWriter, RequestRecord
 from burstguard.bench.summary import Slo, summarize, write_summary
 from burstguard.client.retry import RetryBudget, RetryPolicy, retry_headers
+from burstguard.gateway.upstream import UpstreamPool
 from burstguard.scrape import MetricsPoller
 from burstguard.workload.cycle import BurstCycle, CycleSpec
 from burstguard.workload.spec import RequestSpec, Workload
@@ -69,7 +68,6 @@ class BenchConfig:
     drain_s: float | None = None
     grace_s: float = 5.0
     seed: int = 0
-    max_connections: int = 0
     label: str = "bench"
     cycle: CycleSpec | None = None
 
@@ -121,7 +119,7 @@ class _Run:
         self.abort = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
         self.origin = 0.0
-        self.session: aiohttp.ClientSession | None = None
+        self.client: UpstreamPool | None = None
         self.cycle: BurstCycle | None = None
 
     # --- time -------------------------------------------------------------------------
@@ -151,10 +149,9 @@ class _Run:
         first: float | None = None
         try:
             while True:
-                assert self.session is not None
+                assert self.client is not None
                 attempt = await stream.send(
-                    self.session, self.base + path, data,
-                    {**headers, **retry_headers(record.retries)},
+                    self.client, path, data, {**headers, **retry_headers(record.retries)},
                     stream=cfg.stream, timeout_s=cfg.timeout_s,
                 )  # fmt: skip
                 if first is None:
@@ -197,7 +194,7 @@ class _Run:
         record.error = attempt.error
         record.ttft_s = None if attempt.ttft_s is None else _us((offset + attempt.ttft_s) * k)
         record.e2e_s = None if attempt.e2e_s is None else _us((offset + attempt.e2e_s) * k)
-        record.itl_s = [_us(x * k) for x in attempt.itl_s]
+        record.itl_s = [round(x * k, 6) for x in attempt.itl_s]
         record.prompt_tokens = attempt.prompt_tokens
         record.completion_tokens = attempt.completion_tokens
 
@@ -326,8 +323,7 @@ async def _run(
             installed.append(sig)
         except (NotImplementedError, RuntimeError, ValueError):
             pass
-    connector = aiohttp.TCPConnector(limit=config.max_connections, force_close=False)
-    run.session = aiohttp.ClientSession(connector=connector)
+    run.client = stream.new_client(run.base, config.timeout_s)
     run.origin = time.monotonic() + 0.05
     run.live.started_at = run.origin
     poller = None
@@ -354,7 +350,7 @@ async def _run(
             await poller.stop()
         if sink is not None:
             sink.close()
-        await run.session.close()
+        run.client.close()
         for sig in installed:
             loop.remove_signal_handler(sig)
         if reporter is not None:

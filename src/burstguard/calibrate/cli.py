@@ -22,11 +22,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
-import aiohttp
 import typer
 import yaml
 
 from burstguard.bench.preflight import check_target, served_cards
+from burstguard.bench.stream import new_client
 from burstguard.calibrate.fit import StepSample, fit_step_model
 from burstguard.calibrate.probe import (
     Target,
@@ -121,14 +121,17 @@ async def _measure(
     t: Target, lengths: list[int], batches: list[int], bursts: list[int], repeats: int
 ) -> tuple[list[StepSample], int]:
     """The step samples, and the chat template's extra prompt tokens."""
-    async with aiohttp.ClientSession() as session:
-        await prefill_samples(session, t, [lengths[0]], 2, lambda _: None)  # warm up
-        chat_extra = await chat_template_tokens(session, t)
+    client = new_client(t.base_url, t.timeout_s)
+    try:
+        await prefill_samples(client, t, [lengths[0]], 2, lambda _: None)  # warm up
+        chat_extra = await chat_template_tokens(client, t)
         print(f"chat template: {chat_extra} prompt tokens beyond burstguard's count")
-        samples = await prefill_samples(session, t, lengths, repeats, print)
-        samples += await burst_samples(session, t, bursts, BURST_PROMPT_TOKENS, print)
+        samples = await prefill_samples(client, t, lengths, repeats, print)
+        samples += await burst_samples(client, t, bursts, BURST_PROMPT_TOKENS, print)
         long_prompt = min(512, max(lengths))
-        samples += await decode_samples(session, t, batches, [16, long_prompt], print)
+        samples += await decode_samples(client, t, batches, [16, long_prompt], print)
+    finally:
+        client.close()
     return samples, chat_extra
 
 
