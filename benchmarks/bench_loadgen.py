@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from burstguard.bench.records import read_records
 from burstguard.engines.cache import CACHE_ROOT
 from burstguard.engines.vllm_cpu import MODEL_DIR, MODEL_NAME, engine_python
 from burstguard.procs import ManagedProcess, free_port
@@ -83,7 +84,10 @@ def burstguard(workers: int) -> Client:
         s = json.loads((out / "summary.json").read_text())
         lag = s["schedule_lag_s"]["p99"]
         ok = s["completed"] >= 0.98 * rate * seconds and lag < 0.005
-        return Run(s["completed"], ok, cpu, f"lag p99 {lag * 1e3:.1f} ms")
+        took = max(
+            (r.sent_s or 0.0) + (r.e2e_s or 0.0) for r in read_records(out / "records.jsonl")
+        )
+        return Run(s["completed"], ok, cpu, f"took {took:.2f} s, lag p99 {lag * 1e3:.1f} ms")
 
     return run
 

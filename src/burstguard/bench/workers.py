@@ -84,7 +84,7 @@ async def _supervise(
     counts: Any,
     reporter: Reporter | None,
 ) -> tuple[MetricsPoller | None, bool]:
-    """The parent's side: barrier, origin, /metrics, progress, signals; until all exit."""
+    """The parent's side: readiness, origin, /metrics, progress, signals; until all exit."""
     loop = asyncio.get_running_loop()
     stopped = {"n": 0}
 
