@@ -103,3 +103,12 @@ def test_sim_warns_on_another_cpu_and_uses_this_machines_fit(tmp_path: Path) -> 
     write(cached, fitted_doc(elsewhere))  # a cached fit from another CPU is not taken
     res = sim("smollm2-135m-cpu", tmp_path / "cache")
     assert "this machine's calibration" not in res.stderr
+
+
+def test_calibrate_records_a_cpu_only_for_an_engine_on_this_host() -> None:
+    from burstguard.calibrate.cli import engine_device, machine_section
+
+    assert engine_device("http://10.1.2.3:8000", "auto") == "unknown"  # remote: its CPU unknown
+    assert engine_device("http://10.1.2.3:8000", "cpu") == "cpu"  # as told
+    remote = machine_section("http://127.0.0.1:9", "gpu")  # nothing listens: no /version
+    assert remote["device"] == "gpu" and "cpu" not in remote and "engine" not in remote
