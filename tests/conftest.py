@@ -16,6 +16,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 TRACES_DIR = REPO_ROOT.parent / "shared" / "traces"
 AZURE_CODE = TRACES_DIR / "azure2023_code.csv"
 MOONCAKE_CONV = TRACES_DIR / "mooncake_conversation.jsonl"
+SEED_ARTICLE = REPO_ROOT.parent / "shared" / "seed" / "000_54d6eaa1105b7383.txt"
 BURSTGUARD = [sys.executable, "-m", "burstguard.cli"]
 
 
@@ -89,6 +90,18 @@ def llama_cpp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         base = proc.base_url  # type: ignore[attr-defined]
         _warm_up(base, llama_cpp.MODEL_NAME)
         yield base
+
+
+@pytest.fixture(scope="session")
+def reference_tokenizer() -> Path:
+    """SmolLM2-135M's tokenizer.json, written by `make vllm-cpu` beside the bf16 weights."""
+    from burstguard.engines import vllm_cpu
+    from burstguard.tokenizer import reference_tokenizer_file
+
+    found = reference_tokenizer_file()
+    _require_engine(found is not None, "SmolLM2's tokenizer", vllm_cpu.MODEL_DIR, "make vllm-cpu")
+    assert found is not None
+    return found
 
 
 def _require_engine(installed: bool, what: str, where: Path, make: str) -> None:

@@ -4,7 +4,10 @@
 2. start the engine: by default the emulator (the vLLM-like engine model, llama3-8b-h100,
    sped up 2x so the demo stays short; every time the bench reports is converted back to
    engine time); with `--engine vllm-cpu` (`make demo ENGINE=vllm-cpu`) real vLLM on this
-   CPU with SmolLM2-135M and a load sized to it (the same story, in real seconds);
+   CPU with SmolLM2-135M and a load sized to it (the same story, in real seconds); the
+   first vLLM-CPU demo on a machine also fits that engine on this CPU (`burstguard
+   calibrate`, ~3 min, cached under ~/.cache/burstguard/profiles like the engine venv), so
+   `emulate`/`sim --profile smollm2-135m-cpu` model this machine and not the packaged one;
 3. `burstguard bench --scenario steady-vs-burst`: closed-loop users (the seed's steady load
    test: 32 on the emulator, 8 on vLLM-CPU), then the seed's burst pattern at the request
    rate the steady leg measured;
@@ -130,6 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     if engine.name == "vllm-cpu":  # one engine for both parts: a vLLM start takes a minute
+        from burstguard.engines import vllm_cpu
+
+        profile = vllm_cpu.machine_profile()  # calibrates on the first run on this machine
+        print(f"this machine's fit of vLLM-CPU: {profile} (used by --profile "
+              f"{vllm_cpu.PROFILE_NAME})", flush=True)  # fmt: skip
         print(f"starting real vLLM-CPU ({engine.gw_seqs} slots) on port {port}", flush=True)
         with engine.start(port, reports / "demo-vllm-cpu.log", engine.gw_seqs):
             steady_vs_burst(engine, url, runs / "demo", reports)

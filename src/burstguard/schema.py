@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from burstguard.emulator.tokens import count_chat_tokens, count_tokens
+from burstguard.emulator.tokens import TextCounter, count_chat_tokens, count_tokens
 
 MAX_TOKENS_LIMIT = 1 << 20
 
@@ -78,8 +78,9 @@ class ChatCompletionRequest(_Generation):
         """OpenAI's newer `max_completion_tokens` wins over the deprecated `max_tokens`."""
         return self.max_completion_tokens or self.max_tokens
 
-    def prompt_tokens(self) -> int:
-        return count_chat_tokens({"content": m.text} for m in self.messages)
+    def prompt_tokens(self, count: TextCounter = count_tokens) -> int:
+        """Prompt tokens with `count` for texts (the model's tokenizer, or the estimate)."""
+        return count_chat_tokens(({"content": m.text} for m in self.messages), count)
 
 
 class CompletionRequest(_Generation):
@@ -99,10 +100,9 @@ class CompletionRequest(_Generation):
             return [p]  # type: ignore[list-item]
         return list(p)  # type: ignore[arg-type]
 
-    def prompt_tokens(self) -> int:
-        return max(
-            1, sum(count_tokens(p) if isinstance(p, str) else len(p) for p in self.prompts())
-        )
+    def prompt_tokens(self, count: TextCounter = count_tokens) -> int:
+        """Prompt tokens with `count` for texts; token ids count as themselves."""
+        return max(1, sum(count(p) if isinstance(p, str) else len(p) for p in self.prompts()))
 
 
 GenerationRequest = ChatCompletionRequest | CompletionRequest

@@ -86,6 +86,35 @@ def test_schedule_has_no_drift_at_a_high_rate(instant: str, tmp_path: Path) -> N
     assert sorted(tail)[100] < 0.03  # no accumulated drift at the end of the run
 
 
+def test_workers_share_one_schedule_split_by_request(instant: str, tmp_path: Path) -> None:
+    """--workers 2: every request of the one schedule is sent exactly once, at its time,
+    and the merged records read as one run; a closed loop splits its users the same way."""
+    out = tmp_path / "two"
+    res = bench(
+        "--target", instant, "--pattern", "poisson", "--rate", "150", "--duration", "3",
+        *SHORT, "--workers", "2", "--out", str(out), "--scrape-metrics",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    summary = read_summary(out / "summary.json")
+    records = list(read_records(out / "records.jsonl"))
+    n = summary["requests"]
+    assert n == len(records) > 300 and summary["completed"] == n and summary["workers"] == 2
+    assert sorted(int(r.id[1:]) for r in records) == list(range(n))  # once each
+    assert [r.scheduled_s for r in records] == sorted(r.scheduled_s for r in records)
+    assert summary["schedule_lag_s"]["p50"] < 0.02  # one origin for both processes
+    assert summary["server_series"]["t"] and not list(out.glob("records.w*.jsonl"))
+
+    closed = tmp_path / "closed"
+    res = bench(
+        "--target", instant, "--concurrency", "4", "--duration", "2", *SHORT,
+        "--workers", "2", "--out", str(closed),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    ids = [r.id for r in read_records(closed / "records.jsonl")]
+    assert len(ids) == len(set(ids)) > 20
+    assert {int(i[1:]) % 2 for i in ids} == {0, 1}  # both workers sent
+
+
 def test_burst_inflates_p95_ttft_and_compare_gates_it(tmp_path: Path) -> None:
     """The seed's finding on the emulator: same mean rate, bursts >= 3x steady P95 TTFT;
     compare exits 1 on steady-vs-burst and 0 on steady-vs-steady."""
@@ -239,6 +268,31 @@ def test_sigint_keeps_every_record_and_writes_the_summary(emulator: str, tmp_pat
     summary = read_summary(out / "summary.json")
     assert summary["interrupted"] is True
     assert summary["requests"] == len(lines) and summary["completed"] > 0
+
+
+def test_sigint_with_workers_drains_and_merges(emulator: str, tmp_path: Path) -> None:
+    """Ctrl-C reaches the parent and every worker; each drains once, records merge."""
+    out = tmp_path / "interrupted"
+    env = {**os.environ, "CI": "true"}
+    proc = subprocess.Popen(
+        [*BURSTGUARD, "bench", "--target", emulator, "--pattern", "poisson", "--rate", "20",
+         "--duration", "120", "--speedup", "20", "--workers", "2", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60  # workers spawn slowly on a busy machine
+    while not any(p.stat().st_size for p in out.glob("records.w*.jsonl")):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    summary = read_summary(out / "summary.json")
+    lines = (out / "records.jsonl").read_text().splitlines()
+    assert summary["interrupted"] is True and summary["requests"] == len(lines) > 0
+    assert summary["completed"] > 0 and not list(out.glob("records.w*.jsonl"))
 
 
 def _serve_not_openai(port: int) -> ThreadingHTTPServer:

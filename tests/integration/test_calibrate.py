@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 from tests.conftest import BURSTGUARD, start_emulator
 
+from burstguard.engine.machine import this_cpu
 from burstguard.engine.perf_model import BatchShape
 from burstguard.engine.profile import Profile
 
@@ -46,6 +47,14 @@ def test_calibrate_recovers_a_known_engine(tmp_path: Path) -> None:
     # Before the burst probes separated that per-request cost, prefill read 119.7 us.
     assert abs(fitted["c_prefill_token_s"] / TRUTH["c_prefill_token_s"] - 1) < 0.3
     assert abs(fitted["c_decode_seq_s"] / TRUTH["c_decode_seq_s"] - 1) < 0.25
+    # the engine ran here (loopback, no GPU device): the fit records this CPU, and using
+    # the profile here draws no warning (tests/unit/test_profile_machine.py: elsewhere)
+    cpu = this_cpu()
+    machine = fitted["machine"]
+    assert machine["device"] == "cpu" and machine["cpu_fingerprint"] == cpu.fingerprint
+    assert (machine["cpu"], machine["cores"], tuple(machine["isa"])) == (
+        cpu.name, cpu.cores, cpu.isa)  # fmt: skip
+    assert got.cpu_warning(cpu) is None
 
 
 def test_calibrate_says_what_is_missing(tmp_path: Path) -> None:

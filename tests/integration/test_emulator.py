@@ -121,3 +121,23 @@ def test_client_disconnect_aborts_and_frees_blocks(tmp_path: Path, stream: bool)
         assert metric_sum(samples, "burstguard_emulator_aborted_requests_total") == 1
         assert metric_sum(samples, "vllm:num_requests_running") == 0
         assert metric_sum(samples, "vllm:kv_cache_usage_perc") == 0
+
+
+@pytest.mark.parametrize("choice", ["tokenizer", "estimate"])
+def test_prompt_tokens_counted_by_the_chosen_tokenizer(
+    tmp_path: Path, reference_tokenizer: Path, choice: str
+) -> None:
+    """`--tokenizer PATH` counts a Chinese prompt as the model does; `estimate` by the rule."""
+    from burstguard.emulator.tokens import count_tokens
+    from burstguard.tokenizer import load_tokenizer
+
+    prompt = "用通俗的语言解释什么是量子纠缠，并给出三个生活化类比。"
+    arg = str(reference_tokenizer) if choice == "tokenizer" else "estimate"
+    model = "smollm2-135m-cpu"
+    with start_emulator(tmp_path, "--tokenizer", arg, profile=model) as proc:
+        body = json.dumps({"model": model, "prompt": prompt, "max_tokens": 1}).encode()
+        status, answer = post(proc.base_url, "/v1/completions", body)  # type: ignore[attr-defined]
+    assert status == 200, answer
+    real = load_tokenizer(reference_tokenizer).count(prompt)
+    expected = real if choice == "tokenizer" else count_tokens(prompt)
+    assert answer["usage"]["prompt_tokens"] == expected

@@ -132,23 +132,22 @@ def test_vllm_benchmark_client_runs_against_the_emulator(tmp_path: Path) -> None
 
 
 def test_calibrated_emulator_tracks_real_vllm(vllm_server: str, tmp_path: Path) -> None:
-    """Fidelity (docs/fidelity.md): `burstguard calibrate` fits a profile from this engine
-    on this machine (a short probe set), and the emulator with that profile is compared
-    with the engine itself on two workloads (the full table is benchmarks/fidelity.py).
-    The fit is made here, not taken from the packaged smollm2-135m-cpu profile, because
-    the engine's speed is the machine's: the packaged fit came from a CPU with native
-    bf16, and on an AVX2-only one the same engine is several times slower."""
+    """Fidelity (docs/fidelity.md): this machine's fit of the engine (`burstguard
+    calibrate`, made once per machine and vLLM version by `vllm_cpu.machine_profile` and
+    cached like the venv) drives the emulator, compared with the engine itself on two
+    workloads (the full table is benchmarks/fidelity.py). The packaged smollm2-135m-cpu
+    profile is not used: the engine's speed is the machine's (the packaged fit came from
+    an AVX2-only CPU; on one with AVX-512 bf16 it was 16-149 % off)."""
     from burstguard.calibrate.fidelity import WORKLOADS, compare_legs, markdown
+    from burstguard.engine.machine import this_cpu
+    from burstguard.engine.profile import Profile
 
-    profile = tmp_path / "fitted.yaml"
-    res = subprocess.run(
-        [*BURSTGUARD, "calibrate", "--target", vllm_server, "--out", str(profile),
-         "--name", "fitted-here", "--prompt-lengths", "32,256,1024", "--batch-sizes", "1,8,32",
-         "--burst-sizes", "4,24", "--repeats", "2"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    print(res.stdout)
-    assert res.returncode == 0, res.stderr
+    profile = vllm_cpu.machine_profile(vllm_server)
+    fitted = Profile.load(profile)
+    assert fitted.cpu_warning(this_cpu()) is None
+    assert fitted.machine is not None and fitted.machine.engine == f"vLLM {vllm_cpu.VLLM_VERSION}"
+    assert Profile.load(vllm_cpu.PROFILE_NAME).path == profile  # the name resolves to it
+    assert vllm_cpu.machine_profile(vllm_server) == profile  # cached: not fitted again
     chosen = {k: WORKLOADS[k] for k in ("poisson 0.75 req/s", "bursts of 24 / 16 s")}
     with start_emulator(
         tmp_path, "--served-model-name", vllm_cpu.MODEL_NAME, "--max-num-seqs", "32",

@@ -152,3 +152,26 @@ def test_a_queued_request_expires_only_at_twice_its_deadline() -> None:
     gw.submit(req(1, "interactive"), 0.0)  # interactive: queue deadline 5 s
     assert gw.expire(7.5) == []
     assert [r.id for r in gw.expire(10.1)] == ["r1"]
+
+
+def test_the_backend_tokenizer_counts_prompts(tmp_path: Path, reference_tokenizer: Path) -> None:
+    """`auto` counts a Chinese prompt for the reference model with its real tokenizer (the
+    estimate would not match it exactly), other models by the estimate; a bad tokenizer
+    path is refused at start."""
+    from burstguard.emulator.tokens import count_tokens
+    from burstguard.gateway.api import CompletionRequest
+    from burstguard.gateway.server import Gateway
+    from burstguard.tokenizer import load_tokenizer
+
+    prompt = "用通俗的语言解释什么是量子纠缠，并给出三个生活化类比。"
+    backend = {"url": "http://127.0.0.1:8000"}
+    gw = Gateway(GatewayConfig.model_validate({"backends": [backend]}))
+    for model, want in (
+        ("smollm2-135m-instruct", load_tokenizer(reference_tokenizer).count(prompt)),
+        ("llama3-8b", count_tokens(prompt)),
+    ):
+        gen = CompletionRequest.model_validate({"model": model, "prompt": prompt})
+        assert gen.prompt_tokens(gw.prompt_counters.for_model(gen.model).count) == want
+    bad = {**backend, "tokenizer": str(tmp_path / "missing.json")}
+    with pytest.raises(UserError, match="cannot load a tokenizer"):
+        Gateway(GatewayConfig.model_validate({"backends": [bad]}))

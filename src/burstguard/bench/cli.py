@@ -122,6 +122,9 @@ def bench(
         bool, _opt("--force", help="Overwrite a run already in --out", panel=_OUT)
     ] = False,
     quiet: Annotated[bool, _opt("--quiet", help="No progress line", panel=_OUT)] = False,
+    workers: Annotated[
+        int, _opt("--workers", help="Processes sending the one schedule", panel=_CLIENT)
+    ] = 1,
 ) -> None:
     """Send bursty or steady load and measure TTFT/TPOT/ITL/E2E per request.
 
@@ -142,6 +145,11 @@ def bench(
         raise UserError("--speedup and --timeout must be > 0")
     if concurrency is not None and concurrency < 1:
         raise UserError("--concurrency must be >= 1")
+    if not 1 <= workers <= 64:
+        raise UserError(f"--workers must be 1-64 (got {workers})")
+    if workers > 1 and burst_cycle:
+        raise UserError("--burst-cycle runs in one process (each burst waits for the whole "
+                        "previous one): drop --workers")  # fmt: skip
     if (ramp_up or 0.0) < 0 or think_time < 0:
         raise UserError("--ramp-up and --think-time must be >= 0")
     chosen = sum(x is not None for x in (pattern_spec, workload_file, concurrency))
@@ -182,6 +190,7 @@ def bench(
         duration_s=None if workload_file else shape_spec.duration_s,  # a trace runs to its end
         scrape_url=metrics_url or (f"{base}/metrics" if scrape_metrics else None),
         slo=slo_target, seed=shape_spec.seed, cycle=_cycle(shape_spec) if burst_cycle else None,
+        workers=workers,
     )  # fmt: skip
     if scenario == "steady-vs-burst":
         from burstguard.report.cli import exit_on

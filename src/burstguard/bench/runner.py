@@ -28,13 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from burstguard.bench import stream
 from burstguard.bench.payload import Api, PayloadBuilder
 from burstguard.bench.records import RecordWriter, RequestRecord
 from burstguard.bench.summary import Slo, summarize, write_summary
 from burstguard.client.retry import RetryBudget, RetryPolicy, retry_headers
+from burstguard.gateway.upstream import UpstreamPool
 from burstguard.scrape import MetricsPoller
 from burstguard.workload.cycle import BurstCycle, CycleSpec
 from burstguard.workload.spec import RequestSpec, Workload
@@ -69,9 +68,10 @@ class BenchConfig:
     drain_s: float | None = None
     grace_s: float = 5.0
     seed: int = 0
-    max_connections: int = 0
     label: str = "bench"
     cycle: CycleSpec | None = None
+    workers: int = 1
+    """Processes sending the one schedule, split by request index (bench/workers.py)."""
 
 
 def _us(seconds: float) -> float:
@@ -104,8 +104,16 @@ Reporter = Callable[[LiveCounts, bool], None]
 class _Run:
     """State of one running leg (one event loop)."""
 
-    def __init__(self, config: BenchConfig, writer: RecordWriter, reporter: Reporter | None):
+    def __init__(
+        self,
+        config: BenchConfig,
+        writer: RecordWriter,
+        reporter: Reporter | None,
+        shard: tuple[int, int] = (0, 1),
+    ):
         self.config = config
+        self.shard = shard
+        """(k, n): this process sends requests k, k + n, k + 2n, ... (closed loop: users)."""
         self.writer = writer
         self.reporter = reporter
         self.base = config.target.rstrip("/")
@@ -121,7 +129,7 @@ class _Run:
         self.abort = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
         self.origin = 0.0
-        self.session: aiohttp.ClientSession | None = None
+        self.client: UpstreamPool | None = None
         self.cycle: BurstCycle | None = None
 
     # --- time -------------------------------------------------------------------------
@@ -151,10 +159,9 @@ class _Run:
         first: float | None = None
         try:
             while True:
-                assert self.session is not None
+                assert self.client is not None
                 attempt = await stream.send(
-                    self.session, self.base + path, data,
-                    {**headers, **retry_headers(record.retries)},
+                    self.client, path, data, {**headers, **retry_headers(record.retries)},
                     stream=cfg.stream, timeout_s=cfg.timeout_s,
                 )  # fmt: skip
                 if first is None:
@@ -197,7 +204,7 @@ class _Run:
         record.error = attempt.error
         record.ttft_s = None if attempt.ttft_s is None else _us((offset + attempt.ttft_s) * k)
         record.e2e_s = None if attempt.e2e_s is None else _us((offset + attempt.e2e_s) * k)
-        record.itl_s = [_us(x * k) for x in attempt.itl_s]
+        record.itl_s = [round(x * k, 6) for x in attempt.itl_s]
         record.prompt_tokens = attempt.prompt_tokens
         record.completion_tokens = attempt.completion_tokens
 
@@ -223,7 +230,8 @@ class _Run:
     async def open_loop(self, workload: Workload, end_s: float | None) -> None:
         k = self.config.speedup
         arrivals = workload.arrival_s
-        for i in range(len(workload)):
+        k0, step = self.shard
+        for i in range(k0, len(workload), step):
             at = float(arrivals[i])
             if end_s is not None and at > end_s:
                 break
@@ -235,7 +243,8 @@ class _Run:
     async def closed_loop(self, workload: Workload, users: int, duration_s: float) -> None:
         k = self.config.speedup
         end = self.origin + duration_s / k
-        counter = iter(range(1 << 62))
+        k0, step = self.shard
+        counter = iter(range(k0, 1 << 62, step))
 
         def next_spec() -> tuple[int, RequestSpec]:
             n = next(counter)
@@ -251,7 +260,7 @@ class _Run:
                     await self.sleep_until(time.monotonic() + self.config.think_time_s / k)
 
         ramp = self.config.ramp_up_s / k
-        for u in range(users):
+        for u in range(k0, users, step):
             self.spawn_user(user(self.origin + ramp * u / users))
         while self.tasks and not self.stop.is_set() and time.monotonic() < end:
             await asyncio.sleep(min(SLEEP_SLICE_S, max(0.0, end - time.monotonic())))
@@ -313,22 +322,29 @@ class _Run:
 
 
 async def _run(
-    config: BenchConfig, workload: Workload, writer: RecordWriter, reporter: Reporter | None
+    config: BenchConfig,
+    workload: Workload,
+    writer: RecordWriter,
+    reporter: Reporter | None,
+    shard: tuple[int, int] = (0, 1),
+    start_gate: Callable[[], Coroutine[Any, Any, float]] | None = None,
+    signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
 ) -> tuple[_Run, MetricsPoller | None, bool]:
-    run = _Run(config, writer, reporter)
+    """One process's leg. `start_gate`, for a worker: awaited once connected, it returns
+    the origin all workers share."""
+    run = _Run(config, writer, reporter, shard)
     cycle = BurstCycle(config.cycle) if config.cycle is not None else None
     run.cycle = cycle
     loop = asyncio.get_running_loop()
     installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in signals:
         try:
             loop.add_signal_handler(sig, run.on_signal)
             installed.append(sig)
         except (NotImplementedError, RuntimeError, ValueError):
             pass
-    connector = aiohttp.TCPConnector(limit=config.max_connections, force_close=False)
-    run.session = aiohttp.ClientSession(connector=connector)
-    run.origin = time.monotonic() + 0.05
+    run.client = stream.new_client(run.base, config.timeout_s)
+    run.origin = time.monotonic() + 0.05 if start_gate is None else await start_gate()
     run.live.started_at = run.origin
     poller = None
     sink = None
@@ -354,7 +370,7 @@ async def _run(
             await poller.stop()
         if sink is not None:
             sink.close()
-        await run.session.close()
+        run.client.close()
         for sig in installed:
             loop.remove_signal_handler(sig)
         if reporter is not None:
@@ -362,7 +378,7 @@ async def _run(
     return run, poller, run.stop.is_set()
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
+def new_loop() -> asyncio.AbstractEventLoop:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
@@ -377,8 +393,29 @@ def run_bench(
     config.out_dir.mkdir(parents=True, exist_ok=True)
     records_path = config.out_dir / "records.jsonl"
     records_path.unlink(missing_ok=True)
-    with RecordWriter(records_path) as writer, asyncio.Runner(loop_factory=_new_loop) as runner:
-        run, poller, interrupted = runner.run(_run(config, workload, writer, reporter))
+    cycle_log = None
+    if config.workers > 1:
+        from burstguard.bench.workers import run_workers
+
+        records, poller, interrupted = run_workers(config, workload, reporter)
+    else:
+        with RecordWriter(records_path) as writer, asyncio.Runner(loop_factory=new_loop) as r:
+            run, poller, interrupted = r.run(_run(config, workload, writer, reporter))
+        records = run.records
+        cycle_log = run.cycle.log if run.cycle is not None else None
+    return summarize_leg(config, workload, records, poller, interrupted, cycle_log)
+
+
+def summarize_leg(
+    config: BenchConfig,
+    workload: Workload,
+    records: list[RequestRecord],
+    poller: MetricsPoller | None,
+    interrupted: bool,
+    cycle_log: Any = None,
+) -> dict[str, Any]:
+    """The leg's summary (written to DIR/summary.json) from its records; `cycle_log`:
+    the burst cycle's bursts, in cycle mode."""
     if config.concurrency or config.cycle:
         duration = config.duration_s or 60.0
     else:
@@ -392,21 +429,20 @@ def run_bench(
         "mode": "cycle" if config.cycle else "closed" if config.concurrency else "open",
         "concurrency": config.concurrency,
         "speedup": config.speedup,
+        "workers": config.workers,
         "retry": dataclasses.asdict(config.retry),
-        "attempts": len(run.records) + sum(r.retries for r in run.records),
+        "attempts": len(records) + sum(r.retries for r in records),
         "interrupted": interrupted,
         "workload": {"source": workload.source, **{k: v for k, v in workload.meta.items()}},
     }
-    if run.cycle is not None:
-        extra["cycle"] = run.cycle.log
+    if cycle_log is not None:
+        extra["cycle"] = cycle_log
     if poller is not None:
         series = poller.series()
         series["t"] = [t * config.speedup for t in series["t"]]
         extra["server_series"] = series
         extra["scrape_errors"] = poller.errors
-    summary = summarize(
-        run.records, duration_s=duration, slo=config.slo, source="bench", extra=extra
-    )
+    summary = summarize(records, duration_s=duration, slo=config.slo, source="bench", extra=extra)
     summary["attempt_rate_rps"] = summary["attempts"] / max(duration, 1e-9)
     write_summary(config.out_dir / "summary.json", summary)
     return summary

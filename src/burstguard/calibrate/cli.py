@@ -11,18 +11,22 @@ Run it on an otherwise idle engine: concurrent traffic would be timed as step ti
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ipaddress
+import json
 import re
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
-import aiohttp
 import typer
 import yaml
 
 from burstguard.bench.preflight import check_target, served_cards
+from burstguard.bench.stream import new_client
 from burstguard.calibrate.fit import StepSample, fit_step_model
 from burstguard.calibrate.probe import (
     Target,
@@ -31,6 +35,7 @@ from burstguard.calibrate.probe import (
     decode_samples,
     prefill_samples,
 )
+from burstguard.engine.machine import this_cpu
 from burstguard.errors import UserError
 
 _CACHE_INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.M)
@@ -57,6 +62,51 @@ def kv_capacity_from_metrics(text: str) -> tuple[int, int] | None:
     return (int(blocks), int(size)) if blocks.isdigit() and size.isdigit() else None
 
 
+def _on_this_host(base: str) -> bool:
+    host = urllib.parse.urlsplit(base).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def engine_device(base: str, device: str) -> str:
+    """`device` as given, or for `auto`: cpu when the engine is on this host and the host
+    has no GPU device node, gpu when it has one, unknown for a remote engine."""
+    if device != "auto":
+        return device
+    if not _on_this_host(base):
+        return "unknown"
+    dev = Path("/dev")
+    has_gpu = any(dev.glob("nvidia[0-9]*")) or (dev / "kfd").exists() or (dev / "dxg").exists()
+    return "gpu" if has_gpu else "cpu"
+
+
+def engine_version(base: str) -> str | None:
+    """`vLLM X.Y.Z` from vLLM's GET /version; None from an engine without it."""
+    try:
+        with urllib.request.urlopen(base + "/version", timeout=5) as resp:
+            version = json.loads(resp.read(4096)).get("version")
+    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+        return None
+    return f"vLLM {version}" if isinstance(version, str) else None
+
+
+def machine_section(base: str, device: str) -> dict[str, Any]:
+    """The profile's `fitted.machine`: the CPU is recorded when the engine ran on it."""
+    where: dict[str, Any] = {"device": engine_device(base, device)}
+    if where["device"] == "cpu":
+        cpu = this_cpu()
+        where |= {"cpu": cpu.name, "cores": cpu.cores, "isa": list(cpu.isa),
+                  "cpu_fingerprint": cpu.fingerprint}  # fmt: skip
+    if version := engine_version(base):
+        where["engine"] = version
+    where["fitted_at"] = datetime.date.today().isoformat()
+    return where
+
+
 def _parse_ints(text: str, what: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -71,14 +121,17 @@ async def _measure(
     t: Target, lengths: list[int], batches: list[int], bursts: list[int], repeats: int
 ) -> tuple[list[StepSample], int]:
     """The step samples, and the chat template's extra prompt tokens."""
-    async with aiohttp.ClientSession() as session:
-        await prefill_samples(session, t, [lengths[0]], 2, lambda _: None)  # warm up
-        chat_extra = await chat_template_tokens(session, t)
+    client = new_client(t.base_url, t.timeout_s)
+    try:
+        await prefill_samples(client, t, [lengths[0]], 2, lambda _: None)  # warm up
+        chat_extra = await chat_template_tokens(client, t)
         print(f"chat template: {chat_extra} prompt tokens beyond burstguard's count")
-        samples = await prefill_samples(session, t, lengths, repeats, print)
-        samples += await burst_samples(session, t, bursts, BURST_PROMPT_TOKENS, print)
+        samples = await prefill_samples(client, t, lengths, repeats, print)
+        samples += await burst_samples(client, t, bursts, BURST_PROMPT_TOKENS, print)
         long_prompt = min(512, max(lengths))
-        samples += await decode_samples(session, t, batches, [16, long_prompt], print)
+        samples += await decode_samples(client, t, batches, [16, long_prompt], print)
+    finally:
+        client.close()
     return samples, chat_extra
 
 
@@ -102,8 +155,13 @@ def calibrate(
     ] = None,
     speedup: Annotated[float, typer.Option(min=0.001, help="target is an emulator at Nx")] = 1.0,
     description: Annotated[str, typer.Option(help="free text for the profile")] = "",
+    device: Annotated[
+        str, typer.Option(help="where the engine computes: auto, cpu (records this CPU), gpu")
+    ] = "auto",
 ) -> None:
     """Fit an emulator profile (step-time model + KV capacity) from a live engine."""
+    if device not in ("auto", "cpu", "gpu"):
+        raise UserError(f"--device: auto, cpu or gpu (got {device!r})")
     base, served = check_target(target, model)
     max_len = next((c.get("max_model_len") for c in served_cards(base) if c["id"] == served), None)
     lengths = _parse_ints(prompt_lengths, "--prompt-lengths")
@@ -137,6 +195,7 @@ def calibrate(
             "c_context_token_s": fitted.c_context_token_s,
             "c_prefill_seq_s": fitted.c_prefill_seq_s,
             "kv_cache_tokens": int(kv_cache_tokens),
+            "machine": machine_section(base, device),
             "fit": {**quality, "steps": [asdict(s) for s in samples]},
         },
     }

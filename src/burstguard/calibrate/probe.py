@@ -23,12 +23,11 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import aiohttp
-
 from burstguard.bench.stream import Attempt, send
 from burstguard.calibrate.fit import StepSample
 from burstguard.emulator.tokens import chat_content_for, filler_text
 from burstguard.errors import UserError
+from burstguard.gateway.upstream import UpstreamPool
 
 _nonce = itertools.count()
 DECODE_OUTPUT_TOKENS = 48
@@ -42,14 +41,14 @@ class Target:
     timeout_s: float = 120.0
 
 
-async def _one(session: aiohttp.ClientSession, t: Target, prompt_tokens: int, out: int) -> Attempt:
+async def _one(client: UpstreamPool, t: Target, prompt_tokens: int, out: int) -> Attempt:
     body = {
         "model": t.model, "prompt": f"{next(_nonce)} " + filler_text(prompt_tokens),
         "max_tokens": out, "ignore_eos": True, "stream": True,
         "stream_options": {"include_usage": True}, "temperature": 0.0,
     }  # fmt: skip
     attempt = await send(
-        session, t.base_url.rstrip("/") + "/v1/completions", json.dumps(body).encode(),
+        client, "/v1/completions", json.dumps(body).encode(),
         {"content-type": "application/json"}, stream=True, timeout_s=t.timeout_s,
     )  # fmt: skip
     if not attempt.ok:
@@ -63,7 +62,7 @@ async def _one(session: aiohttp.ClientSession, t: Target, prompt_tokens: int, ou
 CHAT_PROBE_TOKENS = 64
 
 
-async def chat_template_tokens(session: aiohttp.ClientSession, t: Target) -> int:
+async def chat_template_tokens(client: UpstreamPool, t: Target) -> int:
     """What the engine's chat template adds to a chat prompt beyond burstguard's rule: one
     chat request whose prompt is CHAT_PROBE_TOKENS by that rule, against the engine's usage
     (SmolLM2's template, for one, inserts a default system prompt)."""
@@ -73,7 +72,7 @@ async def chat_template_tokens(session: aiohttp.ClientSession, t: Target) -> int
         "stream_options": {"include_usage": True},
     }  # fmt: skip
     a = await send(
-        session, t.base_url.rstrip("/") + "/v1/chat/completions", json.dumps(body).encode(),
+        client, "/v1/chat/completions", json.dumps(body).encode(),
         {"content-type": "application/json"}, stream=True, timeout_s=t.timeout_s,
     )  # fmt: skip
     if not a.ok or not a.prompt_tokens:
@@ -82,14 +81,14 @@ async def chat_template_tokens(session: aiohttp.ClientSession, t: Target) -> int
 
 
 async def prefill_samples(
-    session: aiohttp.ClientSession, t: Target, lengths: list[int], repeats: int,
+    client: UpstreamPool, t: Target, lengths: list[int], repeats: int,
     progress: Callable[[str], None],
 ) -> list[StepSample]:  # fmt: skip
     samples = []
     for n in lengths:
         ttfts, true_len = [], n
         for _ in range(repeats):
-            a = await _one(session, t, n, 1)
+            a = await _one(client, t, n, 1)
             assert a.ttft_s is not None
             ttfts.append(a.ttft_s * t.speedup)
             true_len = a.prompt_tokens or n
@@ -100,12 +99,12 @@ async def prefill_samples(
 
 
 async def burst_samples(
-    session: aiohttp.ClientSession, t: Target, sizes: list[int], prompt_tokens: int,
+    client: UpstreamPool, t: Target, sizes: list[int], prompt_tokens: int,
     progress: Callable[[str], None],
 ) -> list[StepSample]:  # fmt: skip
     samples = []
     for b in sizes:
-        attempts = await asyncio.gather(*(_one(session, t, prompt_tokens, 1) for _ in range(b)))
+        attempts = await asyncio.gather(*(_one(client, t, prompt_tokens, 1) for _ in range(b)))
         last = max(a.ttft_s or 0.0 for a in attempts) * t.speedup
         prompt = int(statistics.median(a.prompt_tokens or prompt_tokens for a in attempts))
         progress(f"burst   {b:5d} x {prompt:5d}-token prompts: {last * 1000:8.1f} ms to the last")
@@ -114,13 +113,13 @@ async def burst_samples(
 
 
 async def decode_samples(
-    session: aiohttp.ClientSession, t: Target, batches: list[int], prompts: list[int],
+    client: UpstreamPool, t: Target, batches: list[int], prompts: list[int],
     progress: Callable[[str], None],
 ) -> list[StepSample]:  # fmt: skip
     samples = []
     for p, b in itertools.product(prompts, batches):
         attempts = await asyncio.gather(
-            *(_one(session, t, p, DECODE_OUTPUT_TOKENS) for _ in range(b))
+            *(_one(client, t, p, DECODE_OUTPUT_TOKENS) for _ in range(b))
         )
         # the middle of the output: all B requests are decoding, none is prefilling
         gaps = [g * t.speedup for a in attempts for g in a.itl_s[8:-8]]

@@ -9,6 +9,7 @@ import typer
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.options import engine_options
 from burstguard.engine.profile import Profile
+from burstguard.tokenizer import AUTO, CHOICE_HELP
 
 
 @engine_options
@@ -30,6 +31,7 @@ def emulate(
         float, typer.Option(help="Lognormal sigma of that length (0 = fixed).")
     ] = 0.8,
     seed: Annotated[int, typer.Option(help="Seed of the output-length model.")] = 0,
+    tokenizer: Annotated[str, typer.Option(help=f"Prompt tokens: {CHOICE_HELP}.")] = AUTO,
 ) -> None:
     """Serve the engine model over the OpenAI API (latencies in engine time)."""
     import uvicorn
@@ -38,15 +40,18 @@ def emulate(
     from burstguard.emulator.server import EmulatorApp
     from burstguard.engine.core import EngineCore
     from burstguard.errors import UserError
+    from burstguard.tokenizer import prompt_counter
 
     if speedup <= 0:
         raise UserError("--speedup must be > 0")
     core = EngineCore(engine_config, profile)
+    counter = prompt_counter(tokenizer, profile.model_name)
     app = EmulatorApp(
         core, served_model_name or profile.name, speedup,
-        OutputLengthModel(output_mean, output_sigma, seed),
+        OutputLengthModel(output_mean, output_sigma, seed), counter.count,
     ).build()  # fmt: skip
-    print(f"burstguard emulator ({profile.name}, {speedup:g}x) on http://{host}:{port}", flush=True)
+    print(f"burstguard emulator ({profile.name}, {speedup:g}x) on http://{host}:{port}; "
+          f"prompt tokens: {counter.method}", flush=True)  # fmt: skip
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
                 loop="uvloop", http="httptools")  # fmt: skip
 

@@ -31,7 +31,13 @@ from burstguard.emulator.protocol import (
     CompletionRequest,
     parse_request,
 )
-from burstguard.emulator.tokens import CHAT_REPLY_TOKENS, FILLER_PIECES, count_tokens, filler_text
+from burstguard.emulator.tokens import (
+    CHAT_REPLY_TOKENS,
+    FILLER_PIECES,
+    TextCounter,
+    count_tokens,
+    filler_text,
+)
 from burstguard.engine.core import EngineCore, RequestRejected, check_priority
 from burstguard.hangup import until_hangup
 
@@ -40,8 +46,11 @@ def _error(exc: ApiError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status)
 
 
-def _prompt(req: ChatCompletionRequest | CompletionRequest, chat_extra: int) -> tuple[int, int]:
-    """(the engine's prompt tokens, where the output text starts). A chat request adds the
+def _prompt(
+    req: ChatCompletionRequest | CompletionRequest, chat_extra: int, count: TextCounter
+) -> tuple[int, int]:
+    """(the engine's prompt tokens counted by `count`, where the output text starts, by
+    burstguard's rule, as the filler it continues is written). A chat request adds the
     profile's chat template tokens, and the reply header unless `add_generation_prompt` is
     off. The output is filler text that continues from the prompt's content tokens, so a
     request resumed with the text so far (completions: prompt + text; chat: a final
@@ -53,7 +62,7 @@ def _prompt(req: ChatCompletionRequest | CompletionRequest, chat_extra: int) -> 
         if req.continue_final_message and req.add_generation_prompt:
             raise ApiError(400, "continue_final_message and add_generation_prompt cannot "
                            "both be true", param="add_generation_prompt")  # fmt: skip
-        tokens = req.prompt_tokens() + chat_extra
+        tokens = req.prompt_tokens(count) + chat_extra
         if not req.add_generation_prompt:
             tokens -= CHAT_REPLY_TOKENS
         return tokens, sum(count_tokens(m.text) for m in req.messages)
@@ -61,18 +70,26 @@ def _prompt(req: ChatCompletionRequest | CompletionRequest, chat_extra: int) -> 
     if len(prompts) != 1:
         raise ApiError(400, "prompt: only one prompt per request is served", param="prompt")
     only = prompts[0]
-    tokens = count_tokens(only) if isinstance(only, str) else len(only)
-    return tokens, tokens
+    if isinstance(only, str):
+        return count(only), count_tokens(only)
+    return len(only), len(only)
 
 
 class EmulatorApp:
     """Routes and per-request logic; the engine itself lives in the driver."""
 
     def __init__(
-        self, core: EngineCore, model_name: str, speedup: float, lengths: OutputLengthModel
+        self,
+        core: EngineCore,
+        model_name: str,
+        speedup: float,
+        lengths: OutputLengthModel,
+        count: TextCounter = count_tokens,
     ) -> None:
+        """`count` counts a prompt text's tokens: the estimate, or the model's tokenizer."""
         self.core = core
         self.model_name = model_name
+        self.count = count
         self.lengths = lengths
         self.metrics = EmulatorMetrics(model_name, lambda: core.stats)
         self.driver = EngineDriver(core, self.metrics, speedup=speedup)
@@ -95,7 +112,7 @@ class EmulatorApp:
             check_priority(self.core.config, req.priority or 0)
         except RequestRejected as exc:
             raise ApiError(400, str(exc), param="priority") from None
-        prompt, start = _prompt(req, self.core.profile.chat_template_tokens)
+        prompt, start = _prompt(req, self.core.profile.chat_template_tokens, self.count)
         limit = self.core.max_model_len
         max_tokens = req.output_limit() or max(1, limit - prompt)
         if prompt + max_tokens > limit:

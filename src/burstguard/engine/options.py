@@ -1,7 +1,10 @@
 """`engine_options`: the vLLM-named engine flags, written once for `emulate` and `sim`.
 
 The decorator rewrites the command's `__signature__` so typer sees the flags, and calls
-the command with `profile: Profile` and `engine_config: EngineConfig` instead.
+the command with `profile: Profile` and `engine_config: EngineConfig` instead. vLLM's
+on/off pairs (`--enable-chunked-prefill` / `--no-enable-chunked-prefill`) are two rows of
+the help, not one: side by side they leave --help no room at 80 columns, and the names
+are what a user came for.
 """
 
 from __future__ import annotations
@@ -14,11 +17,26 @@ from typing import Any, TypeVar
 import typer
 
 from burstguard.engine.config import SCHEDULING_POLICIES, EngineConfig
-from burstguard.engine.profile import Profile, list_profiles
+from burstguard.engine.machine import this_cpu
+from burstguard.engine.profile import Profile, list_profiles, machine_profile_path
+from burstguard.errors import UserError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _PANEL = "Engine (vLLM flags)"
+NEGATED = "no_"
+SWITCHES = ("enable_chunked_prefill", "enable_prefix_caching")
+
+
+def _switches(values: dict[str, Any]) -> None:
+    """Folds each `--X` / `--no-X` pair into one value (left out: the config's default)."""
+    for name in SWITCHES:
+        on, off = values.pop(name), values.pop(NEGATED + name)
+        if on and off:
+            flag = "--" + name.replace("_", "-")
+            raise UserError(f"{flag} and --no-{flag[2:]} contradict each other")
+        if on or off:
+            values[name] = bool(on)
 
 
 def _option_params() -> list[inspect.Parameter]:
@@ -31,6 +49,14 @@ def _option_params() -> list[inspect.Parameter]:
             annotation=annotation,
             default=typer.Option(default, *decls, help=help, rich_help_panel=_PANEL),
         )
+
+    def switch(name: str, default: bool, *, help: str) -> list[inspect.Parameter]:
+        flag = "--" + name.replace("_", "-")
+        state = "on" if default else "off"
+        return [
+            opt(name, bool | None, None, flag, help=f"{help} (default: {state})"),
+            opt(NEGATED + name, bool | None, None, "--no-" + flag[2:], help=f"{flag} off"),
+        ]
 
     return [
         opt(
@@ -68,11 +94,9 @@ def _option_params() -> list[inspect.Parameter]:
             "--gpu-memory-utilization",
             help="share of GPU memory for weights + KV cache",
         ),
-        opt(
+        *switch(
             "enable_chunked_prefill",
-            bool,
             defaults.enable_chunked_prefill,
-            "--enable-chunked-prefill/--no-enable-chunked-prefill",
             help="split long prefills across steps, decodes first",
         ),
         opt(
@@ -82,14 +106,24 @@ def _option_params() -> list[inspect.Parameter]:
             "--scheduling-policy",
             help=f"{' | '.join(SCHEDULING_POLICIES)} (priority: lower value first)",
         ),
-        opt(
+        *switch(
             "enable_prefix_caching",
-            bool,
             defaults.enable_prefix_caching,
-            "--enable-prefix-caching/--no-enable-prefix-caching",
             help="reuse cached KV blocks of shared prompt prefixes",
         ),
     ]
+
+
+def _say_where_fitted(profile: Profile) -> None:
+    """On stderr: a CPU fit used on another CPU, or that this machine's own fit is used."""
+    import sys
+
+    warning = profile.cpu_warning(this_cpu())
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    elif profile.path == machine_profile_path(profile.name).resolve():
+        print(f"profile {profile.name}: this machine's calibration ({profile.path})",
+              file=sys.stderr, flush=True)  # fmt: skip
 
 
 def engine_options(func: F) -> F:
@@ -109,7 +143,9 @@ def engine_options(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         values = {name: kwargs.pop(name) for name in names}
+        _switches(values)
         profile = Profile.load(values.pop("engine_profile"))
+        _say_where_fitted(profile)
         config = EngineConfig(**values)
         return func(*args, profile=profile, engine_config=config, **kwargs)
 

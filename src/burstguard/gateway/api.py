@@ -1,8 +1,9 @@
 """The OpenAI-compatible surface the gateway accepts: parsing, errors, OpenAPI schema.
 
 The request models are burstguard's one schema (`burstguard.schema`, shared with the
-emulator): the fields admission needs are validated, prompt tokens are counted with the
-one token rule, everything else is passed to the backend untouched, so vLLM's extra fields
+emulator): the fields admission needs are validated, prompt tokens are counted by the
+gateway's counter (the served model's tokenizer or burstguard's estimate,
+`burstguard.tokenizer`), everything else is passed to the backend untouched, so vLLM's extra fields
 (and token-id prompts) keep working. The OpenAPI document is generated from the same
 models, so schemathesis fuzzes exactly what the server validates.
 """

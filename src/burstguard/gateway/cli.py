@@ -83,12 +83,15 @@ def gateway(
     root.propagate = False
     url = f"http://{cfg.listen.host}:{cfg.listen.port}"
 
+    gw = Gateway(cfg)
+
     def ready() -> None:
-        print(f"burstguard gateway on {url} -> {cfg.backends[0].url}", flush=True)
+        print(f"burstguard gateway on {url} -> {cfg.backends[0].url}; prompt tokens: "
+              f"{gw.prompt_counters.describe()}", flush=True)  # fmt: skip
 
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     try:
-        asyncio.run(Gateway(cfg).run(on_ready=ready))
+        asyncio.run(gw.run(on_ready=ready))
     except OSError as exc:
         raise UserError(f"cannot listen on {cfg.listen.host}:{cfg.listen.port}: {exc}") from exc
 

@@ -25,6 +25,11 @@ class BackendConfig(_Strict):
 
     url: str = Field(min_length=1, description="base URL, e.g. http://127.0.0.1:8000")
     metrics_url: str | None = Field(None, description="Prometheus /metrics (None: url/metrics)")
+    tokenizer: str = Field(
+        "auto", min_length=1, description="prompt token counting: auto (a request for the "
+        "reference model: its tokenizer where installed; else the estimate), estimate, or a "
+        "tokenizer.json path",
+    )  # fmt: skip
     connect_timeout_s: float = Field(5.0, gt=0, description="TCP connect timeout")
     read_timeout_s: float = Field(
         600.0, gt=0, description="longest silence from the backend (headers or between chunks)"

