@@ -21,6 +21,7 @@ SHAPE=${SHAPE:---prompt-tokens 1024 --output-tokens 256}
 GATE_ARGS=${GATE_ARGS:-}           # extra compare limits, e.g. "--max-preemptions 0"
 BASELINE=${BASELINE:-}
 TOLERANCE=${TOLERANCE:-0.10}
+BASELINE_ARGS=${BASELINE_ARGS:-}   # extra --baseline tolerances, e.g. "--slo-tolerance 0.05"
 
 mkdir -p "$OUT"
 emulator_pid=""
@@ -54,8 +55,9 @@ $BURSTGUARD diagnose "$OUT/run" --json >"$OUT/diagnosis.json"
 
 regression=0
 if [ -n "$BASELINE" ]; then
+  # shellcheck disable=SC2086
   $BURSTGUARD compare --baseline "$BASELINE" "$OUT/run" --tolerance "$TOLERANCE" \
-    --report "$OUT/baseline.html"
+    $BASELINE_ARGS --report "$OUT/baseline.html"
   regression=$?
 fi
 

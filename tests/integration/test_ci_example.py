@@ -46,8 +46,11 @@ def test_burst_gate_script_gates_diagnoses_and_compares_to_a_baseline(tmp_path: 
     assert drain["status"] != "n/a", drain
     diagnosis = json.loads((tmp_path / "v1" / "diagnosis.json").read_text())
     assert [d["run"].rsplit("/", 1)[-1] for d in diagnosis] == ["steady", "burst"]
-    # the next release: same engine, gated against v1 (wide tolerance: live timing noise)
+    # the next release: same engine, gated against v1 (every tolerance wide: live timing on
+    # a shared 2-core machine swings more than a release gate would allow)
     second = gate(tmp_path / "v2", BASELINE=str(tmp_path / "v1" / "run"), TOLERANCE="1.0",
+                  BASELINE_ARGS="--slo-tolerance 1 --drain-tolerance 1000 "
+                  "--preemption-tolerance 1000000",
                   GATE_ARGS="--max-ttft-p95-ratio 1000 --serious-ttft-p95-ratio 1000 "
                   "--max-tpot-p95-ratio 1000 --max-itl-p95-ratio 1000 "
                   "--max-itl-jitter-ratio 1000 --min-slo 0")  # fmt: skip
