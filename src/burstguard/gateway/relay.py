@@ -68,6 +68,9 @@ class SseRelay:
             self.events += (self._carry + chunk).count(b"data:")
             self._carry = chunk[-4:]
             return chunk
+        if not self._keep and not self._buf and chunk.endswith(b"\n\n") and b'"usage"' not in chunk:
+            self.events += chunk.count(b"data:")  # whole events, none to strip: as they came
+            return chunk
         data = self._buf + chunk
         end = data.rfind(b"\n\n")
         if end < 0:  # no event complete yet
