@@ -114,19 +114,19 @@ def test_service_rate_is_measured_over_saturated_time_only() -> None:
 def test_in_flight_caps_shrink_to_what_the_engine_runs_and_grow_when_calm() -> None:
     cfg = AdmissionConfig(max_in_flight=64, min_in_flight=4, max_in_flight_tokens=100_000,
                           grow_fraction=0.1)  # fmt: skip
-    lim = InFlightLimits(cfg)
+    lim = InFlightLimits(cfg, interval_s=0.25)
     queued = BackendState(waiting=10, running=24, kv_usage=0.5)
-    lim.observe(queued, 40, 40_000)
+    lim.observe(0.0, queued, 40, 40_000)
     assert lim.requests == 64  # one scrape with a queue is not enough
-    lim.observe(queued, 40, 40_000)
+    lim.observe(0.25, queued, 40, 40_000)
     assert lim.requests == 24  # the engine runs 24 at once
     assert lim.tokens == pytest.approx(40_000 * 24 / 40)
     calm = BackendState(waiting=0, running=24, kv_usage=0.5)
-    lim.observe(calm, 24, 24_000)
+    lim.observe(0.5, calm, 24, 24_000)
     assert lim.requests == 24  # calm, but the cap held nothing back: no growth
     lim.bound = True
-    lim.observe(calm, 24, 24_000)
+    lim.observe(0.75, calm, 24, 24_000)
     assert lim.requests == pytest.approx(24 * 1.1 + 1)
     full = BackendState(waiting=0, running=24, kv_usage=0.97)
-    lim.observe(full, 20, 20_000)
+    lim.observe(1.0, full, 20, 20_000)
     assert lim.requests == math.floor(20 * 0.9)  # KV above kv_high: shrink by grow_fraction

@@ -17,9 +17,7 @@ be in flight.
   a row, so a just-dispatched request still being scheduled does not count) or a KV usage
   above `kv_high`, the request cap drops to what the engine actually runs and the token
   budget to the tokens that ran; while the caps bind and the backend is calm (no waiting,
-  KV below `kv_low`) they grow by `grow_fraction` per scrape. It adapts once per scrape,
-  when the scrape arrives: adapting on a timer read one scrape twice whenever the timer
-  ran ahead of the scrape, and "two scrapes in a row" became one. Without metrics the
+  KV below `kv_low`) they grow by `grow_fraction` per scrape. Without metrics the
   configured caps hold.
 """
 
@@ -131,20 +129,27 @@ def estimate_wait(work_ahead: float, rate: float | None, inflow_above: float = 0
 class InFlightLimits:
     """The request cap and token budget the dispatcher obeys, adapted from backend metrics."""
 
-    def __init__(self, cfg: AdmissionConfig) -> None:
+    def __init__(self, cfg: AdmissionConfig, interval_s: float) -> None:
         self._cfg = cfg
+        self._interval = interval_s
         self.requests: float = cfg.max_in_flight
         self.tokens: float = (
             math.inf if cfg.max_in_flight_tokens is None else (cfg.max_in_flight_tokens)
         )
+        self._next_at = -math.inf
         self._prev_waiting = 0
         self.bound = False  # the caps held a request back since the last adaptation
 
-    def observe(self, backend: BackendState, in_flight: int, in_flight_tokens: int) -> None:
-        """Adapts the caps to a new scrape of the backend's state."""
+    def observe(
+        self, now: float, backend: BackendState | None, in_flight: int, in_flight_tokens: int
+    ) -> None:
+        """Adapts the caps at most once per scrape interval from the backend's state."""
         cfg = self._cfg
-        if not cfg.adapt or (backend.waiting is None and backend.kv_usage is None):
+        if not cfg.adapt or backend is None or now < self._next_at:
             return
+        if backend.waiting is None and backend.kv_usage is None:
+            return
+        self._next_at = now + self._interval
         waiting = backend.waiting or 0
         queued = waiting > cfg.target_waiting and self._prev_waiting > cfg.target_waiting
         self._prev_waiting = waiting

@@ -101,11 +101,13 @@ class GatewayCore:
         self._picker = Picker(config.policy, self._queue)
         self._predictor = OutputPredictor(config.predictor)
         self._rate = ServiceRate(self._adm.rate_half_life_s, self._adm.initial_service_rate)
-        self._limits = InFlightLimits(self._adm)
+        interval = config.scrape_interval_s * config.engine_speedup  # in the core's clock
+        self._limits = InFlightLimits(self._adm, interval)
         self._inflow = ClassInflow(self._adm.rate_half_life_s)
         backend = config.backends[0] if config.backends else None
         self._forward_priority = backend is not None and backend.forward_priority
         self._can_preempt = backend is not None and backend.resume
+        self._backend: BackendState | None = None
         self._queued: dict[str, Entry] = {}
         self._in_flight: dict[str, Entry] = {}
         self._in_flight_tokens = 0
@@ -134,7 +136,7 @@ class GatewayCore:
         elif isinstance(event, Tick):
             out += (self._shed(r, "deadline", now) for r in self.expire(now))
         elif isinstance(event, Scrape):
-            self._limits.observe(event.state, len(self._in_flight), self._in_flight_tokens)
+            self._backend = event.state
         elif isinstance(event, FirstToken):
             self.on_first_token(event.request_id, now)
             return out  # frees nothing: no release to consider
@@ -283,6 +285,7 @@ class GatewayCore:
 
     def dispatch(self, now: float) -> list[Effect]:
         """Releases (and the preemptions that make room) allowed now, best first."""
+        self._limits.observe(now, self._backend, len(self._in_flight), self._in_flight_tokens)
         out: list[Effect] = []
         blocked: set[str] = set()
         lim = self._limits
