@@ -84,6 +84,23 @@ def test_metrics_carry_vllm_names_and_parse(emulator: str) -> None:
             b'"messages": [{"role": "user", "content": "x"}]}',
             400,
         ),
+        # vLLM's rules: a non-zero priority needs --scheduling-policy priority; a final
+        # message to continue must be the assistant's, and gets no new reply header
+        (
+            b'{"model": "llama3-8b-h100", "priority": 1, '
+            b'"messages": [{"role": "user", "content": "x"}]}',
+            400,
+        ),
+        (
+            b'{"model": "llama3-8b-h100", "continue_final_message": true, '
+            b'"add_generation_prompt": false, "messages": [{"role": "user", "content": "x"}]}',
+            400,
+        ),
+        (
+            b'{"model": "llama3-8b-h100", "continue_final_message": true, "messages": '
+            b'[{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}',
+            400,
+        ),
     ],
 )
 def test_bad_requests_get_openai_errors(emulator: str, body: bytes, status: int) -> None:

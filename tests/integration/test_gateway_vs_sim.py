@@ -3,7 +3,9 @@
 
 The emulator runs at real speed (1x) so that the gateway's own timings (queue deadlines,
 the 50 ms tick) mean the same seconds on both sides. What may differ is timing noise: HTTP
-hops, the scrape phase, a loaded CI box; the bounds below are sized for that.
+hops, the scrape phase, a loaded CI box; the bounds below are sized for that. Since the
+server and the simulator speak one driver protocol (`GatewayCore.handle`), the bounds are
+tight: measured, 61 vs 60 shed, per class within 1, TTFT p95 within 0.02 s.
 """
 
 from __future__ import annotations
@@ -112,11 +114,11 @@ def test_sim_and_live_gateway_decide_the_same(tmp_path: Path) -> None:
     sim_shed = sum(t["shed"] for t in sim_table.values())
     live_shed = sum(t["shed"] for t in live_table.values())
     assert sim_shed > 0, "the burst must overload the gateway"
-    assert abs(sim_shed - live_shed) <= max(4, 0.15 * sim_shed)
+    assert abs(sim_shed - live_shed) <= max(3, 0.08 * sim_shed)
     for cls in sim_table:
         s, v = sim_table[cls], live_table[cls]
-        assert abs(s["shed"] - v["shed"]) <= max(4, 0.2 * s["n"]), cls
+        assert abs(s["shed"] - v["shed"]) <= max(3, 0.1 * s["n"]), cls
         if s["p95"] is not None and v["p95"] is not None:
-            assert abs(s["p95"] - v["p95"]) <= max(0.5, 0.25 * s["p95"]), cls
+            assert abs(s["p95"] - v["p95"]) <= max(0.3, 0.15 * s["p95"]), cls
     # the policy's intent holds live as in sim: batch is shed, interactive is not
     assert live_table["batch"]["shed"] > live_table["interactive"]["shed"]

@@ -272,3 +272,30 @@ def test_a_request_its_shell_cannot_resume_is_not_preempted() -> None:
     gw.handle(Arrive(replace(req("ids", "batch", 0.5), resumable=False)), 0.5)
     out = gw.handle(Arrive(req("i0", "interactive", 1.0)), 1.0)
     assert kinds(out) == [("Preempt", "b1"), ("Release", "i0")]
+
+
+def test_forwarded_priority_is_honoured_as_vllm_does() -> None:
+    """forward_priority sends the class rank as vLLM's `priority`: an engine on the
+    priority policy takes it (interactive prefills first), one on FCFS refuses a non-zero
+    priority with 400, as vLLM does."""
+    cfg = config(
+        backends=[{"url": "http://unused", "forward_priority": True}],
+        admission={"max_in_flight": 8, "min_in_flight": 1, "adapt": False},
+    )
+    specs = [RequestSpec(f"b{i}", 0.0, 2000, 16, "batch") for i in range(4)]
+    specs += [RequestSpec(f"i{i}", 0.0, 2000, 16, "interactive") for i in range(4)]
+    wl = Workload.from_specs(specs)
+    fcfs = simulate_gateway(
+        wl, EngineConfig(max_num_seqs=8, max_num_batched_tokens=2048), H100, cfg
+    )
+    assert [r.status for r in fcfs.records] == [400] * 4 + [200] * 4
+    prio = EngineConfig(max_num_seqs=8, max_num_batched_tokens=2048, scheduling_policy="priority")
+    result = simulate_gateway(wl, prio, H100, cfg)
+    assert all(r.ok for r in result.records)
+    # released in arrival order, batch first: b0 starts on the empty engine, and then the
+    # engine prefills the interactive requests before the other batch ones
+    ttft = {r.id: r.ttft_s or 0.0 for r in result.records}
+    assert max(ttft[f"i{i}"] for i in range(4)) < min(ttft[f"b{i}"] for i in range(1, 4))
+    unforwarded = config(admission={"max_in_flight": 8, "min_in_flight": 1, "adapt": False})
+    plain = {r.id: r.ttft_s or 0.0 for r in simulate_gateway(wl, prio, H100, unforwarded).records}
+    assert max(plain[f"b{i}"] for i in range(4)) < min(plain[f"i{i}"] for i in range(4))

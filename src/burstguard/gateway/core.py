@@ -139,6 +139,7 @@ class GatewayCore:
             self._backend = event.state
         elif isinstance(event, FirstToken):
             self.on_first_token(event.request_id, now)
+            return out  # frees nothing: no release to consider
         elif isinstance(event, Finish):
             self.on_finish(event.request_id, now, event.output_tokens)
         elif isinstance(event, Cancel):

@@ -28,6 +28,7 @@ from burstguard.sse import says_why_it_ended
 
 _SSE_TAIL = 4096
 _USAGE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+_HAS_USAGE = re.compile(rb'"usage"\s*:\s*\{')  # not `"usage": null` on every chunk
 
 
 class SseRelay:
@@ -67,11 +68,16 @@ class SseRelay:
             self.events += (self._carry + chunk).count(b"data:")
             self._carry = chunk[-4:]
             return chunk
+        if not self._keep and not self._buf and chunk.endswith(b"\n\n") and b'"usage"' not in chunk:
+            self.events += chunk.count(b"data:")  # whole events, none to strip: as they came
+            return chunk
         data = self._buf + chunk
-        cut = data.rfind(b"\n\n") + 2
-        self._buf = data[cut:]
-        if cut == 1:
+        end = data.rfind(b"\n\n")
+        if end < 0:  # no event complete yet
+            self._buf = data
             return b""
+        cut = end + 2
+        self._buf = data[cut:]
         out: list[bytes] = []
         for event in data[:cut].split(b"\n\n"):
             if event and (kept := self._edit_event(event)) is not None:
@@ -84,8 +90,8 @@ class SseRelay:
             return event
         self.events += 1
         payload = event[5:].strip()
-        if payload == b"[DONE]" or not (self._keep or b'"usage"' in payload):
-            return event
+        if payload == b"[DONE]" or not (self._keep or _HAS_USAGE.search(payload)):
+            return event  # the common case: no JSON parsed
         try:
             data = json.loads(payload)
         except ValueError:
