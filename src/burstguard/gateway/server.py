@@ -482,9 +482,7 @@ class Gateway:
             fut = self._expect(ex.rid)
             self._running[ex.rid] = ex
             ex.preempted = False
-            if self.shared is not None and not await self.shared.acquire(
-                backend, ex.rid, self.core.backend_cap(backend)
-            ):
+            if self.shared is not None and not await self._lease(backend, ex.rid):
                 self.event(LeaseRefused(ex.rid))  # others hold its cap: queued again
                 continue
             body = upstream_body(data, ex.stream, effect.priority)
@@ -505,6 +503,15 @@ class Gateway:
             if ex.outcome is not None:
                 self._waiting.pop(ex.rid, None)
                 return
+
+    async def _lease(self, backend: str, rid: str) -> bool:
+        """A shared in-flight slot on `backend`; a client gone meanwhile gives it back."""
+        assert self.shared is not None
+        try:
+            return await self.shared.acquire(backend, rid, self.core.backend_cap(backend))
+        except asyncio.CancelledError:
+            self._spawn(self.shared.release(backend, rid))
+            raise
 
     def _expect(self, rid: str) -> asyncio.Future[Effect]:
         fut: asyncio.Future[Effect] = asyncio.get_running_loop().create_future()
