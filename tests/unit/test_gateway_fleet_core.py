@@ -14,9 +14,10 @@ from burstguard.gateway.events import (
     Finish,
     LeaseRefused,
     Release,
+    Scrape,
     Tick,
 )
-from burstguard.gateway.request import GatewayRequest
+from burstguard.gateway.request import BackendState, GatewayRequest
 
 A, B = "http://a:1", "http://b:1"
 
@@ -83,3 +84,22 @@ def test_a_refused_lease_requeues_and_holds_that_backend_for_a_tick() -> None:
     (rid2, _), = releases(arrive(gw, 1)) or [("none", None)]  # fmt: skip
     assert rid2 == "none"  # the refused backend is held at its load (0): nothing goes there
     assert releases(gw.handle(Tick(), 0.2)) == [("r1", first)]  # the hold ended
+
+
+def test_each_backend_has_its_own_adaptive_cap() -> None:
+    """A backend whose engine queues (two scrapes in a row) has its cap cut to what it
+    runs; the other keeps its own."""
+    cfg = GatewayConfig.from_dict({
+        "backends": [{"url": A}, {"url": B}],
+        "classes": [{"name": "standard", "rank": 0}],
+        "admission": {"min_in_flight": 1, "max_in_flight_per_backend": 4},
+    })  # fmt: skip
+    gw = GatewayCore(cfg)
+    for i in range(8):
+        arrive(gw, i)
+    calm, queued = BackendState(0, 4, 0.1), BackendState(2, 2, 0.5)
+    for t in (0.0, 0.3):
+        gw.handle(Scrape(queued, A), t)
+        gw.handle(Scrape(calm, B), t)
+    caps = {v.url: v.cap for v in gw.fleet.views(0.3)}  # type: ignore[union-attr]
+    assert caps == {A: 2, B: 4}
