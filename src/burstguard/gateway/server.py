@@ -722,10 +722,10 @@ class Gateway:
         resp.send(200, b'{"status":"ok"}', [JSON_HEADER])
 
     async def ready(self, req: HttpRequest, resp: Responder) -> None:
-        """200 while at least one backend is healthy (its circuit closed), else 503. Counts
-        only: backend addresses are not for clients."""
+        """200 while at least one backend is healthy (its circuit closed, its last /health
+        probe answered), else 503. Counts only: backend addresses are not for clients."""
         now = self._clock()
-        healthy = sum(1 for b in self.fleet.stats(now) if b.active and b.healthy)
+        healthy = sum(1 for b in self.fleet.stats(now) if b.active and b.healthy and b.up)
         if healthy:
             send_json(resp, 200, {"status": "ready", "healthy_backends": healthy})
         else:
