@@ -67,7 +67,7 @@ from burstguard.gateway.api import (
     parse_request,
 )
 from burstguard.gateway.auth import AuthError, Identity, KeyAuthenticator
-from burstguard.gateway.config import GatewayConfig
+from burstguard.gateway.config import BackendConfig, GatewayConfig
 from burstguard.gateway.core import TICK_S, GatewayCore
 from burstguard.gateway.errors import (
     JSON_HEADER,
@@ -159,7 +159,9 @@ class Gateway:
         self.core = GatewayCore(config, self.fleet)
         self.auth = KeyAuthenticator(config.api_keys)
         self._speedup = config.engine_speedup  # the core's clock: engine seconds
-        self.prompt_counters = ModelCounters(self.backend.tokenizer)
+        # one tokenizer for the fleet: the first backend entry's (discovered ones copy it)
+        first = config.backends[0] if config.backends else BackendConfig(url="http://discovered")
+        self.prompt_counters = ModelCounters(first.tokenizer)
         self.metrics = GatewayMetrics(self._snapshot, self._clock)
         self.shared = SharedState(config.fleet.redis) if config.fleet.redis.url else None
         self.metrics.registry.register(FleetCollector(self.fleet, self._clock, self.shared))
