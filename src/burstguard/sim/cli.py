@@ -78,8 +78,18 @@ def sim(
     out: Annotated[
         Path | None, typer.Option("--out", help="--scenario: directory for both legs.")
     ] = None,
+    replicas: Annotated[
+        int,
+        typer.Option(
+            "--replicas",
+            min=1,
+            max=1024,
+            help="Engine replicas behind the gateway's router (needs --gateway).",
+        ),
+    ] = 1,
 ) -> None:
-    """Simulate one engine on a workload; prints latency percentiles (engine time).
+    """Simulate one engine (or, with --gateway, N replicas behind the gateway's router) on
+    a workload; prints latency percentiles (engine time).
 
     The load is one of --trace, --pattern (open loop), --concurrency N (closed loop),
     --burst-cycle (the seed's closed burst cycle), or --scenario steady-vs-burst (both of
@@ -115,6 +125,8 @@ def sim(
     except ValueError as exc:
         raise UserError(f"--slo: {exc}") from None
     gateway_config = None
+    if replicas > 1 and gateway is None:
+        raise UserError("--replicas: needs --gateway CONFIG (the router that spreads them)")
     if gateway is not None:  # before the workload: a bad config fails fast
         from burstguard.gateway.config import GatewayConfig
 
@@ -133,8 +145,9 @@ def sim(
         if gateway_config is not None:
             from burstguard.sim.gateway_loop import gateway_summary, simulate_gateway
 
-            gw_result = simulate_gateway(workload, engine_config, profile, gateway_config)
+            gw_result = simulate_gateway(workload, engine_config, profile, gateway_config, replicas)
             extra["gateway"] = gateway_summary(gw_result, gateway_config, source=str(gateway))
+            extra["gateway"]["routed"] = gw_result.routed
             result = gw_result
         else:
             result = simulate(workload, engine_config, profile)
@@ -160,6 +173,10 @@ def sim(
     )
     if "gateway" in summary:
         print(class_table(summary))
+        routed = summary["gateway"]["routed"] or {}
+        if len(routed) > 1:
+            total = sum(routed.values())
+            print("routed: " + ", ".join(f"{u} {n} ({n / total:.1%})" for u, n in routed.items()))
 
 
 def _summary(

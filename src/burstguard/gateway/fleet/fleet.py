@@ -287,9 +287,10 @@ class Fleet:
     # -- observability ----------------------------------------------------------------
 
     def ready(self, now: float) -> bool:
-        """At least one active backend with a closed circuit."""
+        """At least one active backend with a closed circuit whose last probe answered."""
         return any(
             self._backends[u].health.breaker.state(now) is CircuitState.CLOSED
+            and self._backends[u].health.up
             for u in self._members.active
         )
 

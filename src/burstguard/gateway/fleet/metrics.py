@@ -80,8 +80,8 @@ class FleetCollector(Collector):
         yield outcomes
         yield GaugeMetricFamily(
             "burstguard_ready_backends",
-            "Active backends with a closed circuit (/ready while > 0)",
-            value=sum(s.active and s.healthy for s in stats),
+            "Active backends with a closed circuit and a good last probe (/ready while > 0)",
+            value=sum(s.active and s.healthy and s.up for s in stats),
         )
         if self._shared is not None:
             yield GaugeMetricFamily(
