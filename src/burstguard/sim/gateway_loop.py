@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from burstguard.autoscale import ScalingPolicy
 from burstguard.bench.records import RequestRecord
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.core import EngineRequest, RequestRejected, StepResult, check_priority
@@ -54,6 +55,7 @@ from burstguard.gateway.events import (
 )
 from burstguard.gateway.fleet.fleet import Fleet
 from burstguard.gateway.request import GatewayRequest
+from burstguard.sim.autoscaling import ScalingDriver
 from burstguard.sim.heap import EventHeap
 from burstguard.sim.loop import RecordBook, SimResult, served_prompt
 from burstguard.sim.replicas import ReplicaSet, replica_id
@@ -73,6 +75,7 @@ class GatewaySimResult(SimResult):
     gateway: GatewayStats | None = None
     reprefill_tokens: int = 0
     routed: dict[str, int] | None = None  # replica -> requests sent to it (failovers incl.)
+    scaling: dict[str, Any] | None = None  # `ScalingDriver.summary`, with an autoscaler
 
 
 def _next_on_grid(t: float, period: float) -> float:
@@ -90,6 +93,8 @@ class _GatewaySim:
         profile: Profile,
         gateway: GatewayConfig,
         replicas: int = 1,
+        scaling: ScalingPolicy | None = None,
+        seed: int = 0,
     ) -> None:
         if replicas < 1:
             raise ValueError("replicas must be >= 1")
@@ -112,11 +117,19 @@ class _GatewaySim:
         self.scrape_s = gateway.scrape_interval_s * gateway.engine_speedup
         self._clocked = False  # the tick and scrape are scheduled
         self._generation = 0  # bumped when they stop: a stopped one scheduled before drops
+        self.arrivals = 0
+        self.scaler = (
+            None
+            if scaling is None
+            else ScalingDriver(self.heap, self.replicas, scaling, replicas, self._signals,
+                               self._scaling_active, seed)
+        )  # fmt: skip
 
     # -- clients -----------------------------------------------------------------------
 
     def arrive(self, i: int, now: float) -> None:
         spec = self.workload.spec(i)
+        self.arrivals += 1
         cls = self.config.class_by_name(spec.priority_class).name
         self.book.open(spec, served_prompt(spec, self.profile), priority_class=cls)
         self.max_tokens[spec.id] = spec.max_tokens
@@ -204,6 +217,19 @@ class _GatewaySim:
         self._clocked = False
         return True
 
+    def _signals(self) -> dict[str, float]:
+        """What the live gateway's /metrics shows now, each summed over its labels."""
+        s = self.gw.stats
+        return {
+            "llm_request_queue_depth": float(sum(s.queue_depth.values())),
+            "burstguard_in_flight_requests": float(s.in_flight_requests),
+            "burstguard_arrivals_total": float(self.arrivals),
+            "llm_request_total": float(sum(sum(o.values()) for o in s.outcomes.values())),
+        }
+
+    def _scaling_active(self) -> bool:
+        return self.arrivals < len(self.workload) or not self._idle()
+
     def _idle(self) -> bool:
         s = self.gw.stats
         return self.replicas.idle and s.in_flight_requests == 0 and not any(s.queue_depth.values())
@@ -234,6 +260,7 @@ class _GatewaySim:
             gateway=self.gw.stats,
             reprefill_tokens=self.reprefill_tokens,
             routed=dict(self.routed),
+            scaling=None if self.scaler is None else self.scaler.summary(end),
         )
 
 
@@ -243,11 +270,14 @@ def simulate_gateway(
     profile: Profile,
     gateway: GatewayConfig,
     replicas: int = 1,
+    scaling: ScalingPolicy | None = None,
+    seed: int = 0,
 ) -> GatewaySimResult:
     """Runs `workload` through the gateway policies of `gateway` into `replicas` engine
     replicas behind its router, in virtual time; every request ends completed, rejected
-    (429) or refused by the engine."""
-    return _GatewaySim(workload, engine, profile, gateway, replicas).run()
+    (429) or refused by the engine. With `scaling`, its autoscaler adds and drains
+    replicas from `replicas` on (cold starts drawn with `seed`)."""
+    return _GatewaySim(workload, engine, profile, gateway, replicas, scaling, seed).run()
 
 
 def gateway_summary(
