@@ -46,8 +46,9 @@ def run(policy: str, **overrides: float | int) -> dict:  # type: ignore[type-arg
 
 def _integral(series: dict, end: float) -> float:  # type: ignore[type-arg]
     t = [*series["t"], end]
-    alive = [s + r + d for s, r, d in zip(series["starting"], series["ready"], series["draining"])]
-    return sum(n * (b - a) for n, a, b in zip(alive, t, t[1:]))
+    counts = zip(series["starting"], series["ready"], series["draining"], strict=True)
+    alive = [s + r + d for s, r, d in counts]
+    return sum(n * (b - a) for n, a, b in zip(alive, t, t[1:], strict=False))
 
 
 @pytest.mark.parametrize("policy", ["keda-queue", "kpa", "predictive"])
@@ -57,7 +58,7 @@ def test_the_policy_scales_up_for_the_surge_after_a_cold_start_and_back_down(pol
     assert events and events[0]["desired"] > 1 and 60.0 <= events[0]["t"] < 120.0
     first_up = events[0]["t"]
     # no replica serves before its cold start has passed
-    more_ready = [t for t, r in zip(reps["t"], reps["ready"]) if r > 1]
+    more_ready = [t for t, r in zip(reps["t"], reps["ready"], strict=True) if r > 1]
     assert more_ready and min(more_ready) >= first_up + COLD_START_S - 1e-9
     assert max(reps["ready"]) >= 2
     assert reps["ready"][-1] + reps["starting"][-1] < max(reps["ready"])  # scaled back down
