@@ -15,6 +15,7 @@ from tests.conftest import BURSTGUARD
 from burstguard.autoscale import load_policy
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.profile import Profile
+from burstguard.report.fleet_plot import fleet_figure
 from burstguard.sim.cli import fleet_gateway
 from burstguard.sim.gateway_loop import simulate_gateway
 from burstguard.workload.spec import RequestSpec, Workload
@@ -97,6 +98,15 @@ def test_sim_cli_writes_the_fleet_summary(tmp_path: Path) -> None:
     assert set(s["replicas"]) == {"t", "desired", "starting", "ready", "draining"}
     assert s["scale_events"] and {"t", "desired", "reason"} <= set(s["scale_events"][0])
     assert len(s["queue_depth"]["t"]) >= 60
+    fig = fleet_figure([("kpa", s, [])])
+    assert fig is not None and fleet_figure([("plain", {"series": s["series"]}, [])]) is None
+    names = {tr.name: tr for tr in fig.data}
+    assert {"kpa: arrivals", "kpa: desired", "kpa: ready", "kpa: queue", "kpa: TTFT p95"} <= set(
+        names
+    )
+    assert list(names["kpa: ready"].y[:-1]) == s["replicas"]["ready"]
+    assert {tr.xaxis for tr in fig.data} == {"x", "x2", "x3", "x4"}  # four rows, one time axis
+    assert fig.layout.xaxis.matches == "x4" or fig.layout.xaxis2.matches == "x4"
 
 
 @pytest.mark.parametrize(
