@@ -44,7 +44,7 @@ def run_fleet(name: str, workload, scaling: str | None) -> None:  # type: ignore
     policy = None if scaling is None else load_policy(scaling).with_overrides(max_replicas=8)
     profile = Profile.load("llama3-8b-h100")
     t0, c0 = time.perf_counter(), time.process_time()
-    res = simulate_gateway(workload, EngineConfig(), profile, fleet_gateway(8), 8, policy)
+    res = simulate_gateway(workload, EngineConfig(), profile, fleet_gateway(8), 8, scaling=policy)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     cost = f", {res.scaling['replica_seconds']:,.0f} replica-s" if res.scaling else ""
     print(

@@ -39,7 +39,7 @@ def stepped(seed: int = 1) -> Workload:
 def run(policy: str, **overrides: float | int) -> dict:  # type: ignore[type-arg]
     scaling = load_policy(policy).with_overrides(cold_start_s=COLD_START_S, **overrides)
     res = simulate_gateway(
-        stepped(), EngineConfig(), H100, fleet_gateway(scaling.max_replicas), 1, scaling
+        stepped(), EngineConfig(), H100, fleet_gateway(scaling.max_replicas), 1, scaling=scaling
     )
     assert res.scaling is not None
     return {"result": res, **res.scaling}

@@ -137,7 +137,7 @@ def sim(
         from burstguard.sim.gateway_loop import gateway_summary, simulate_gateway
 
         gw_result = simulate_gateway(
-            workload, engine_config, profile, gateway_config, replicas, scaling
+            workload, engine_config, profile, gateway_config, replicas, scaling=scaling
         )
         gateway_block = gateway_summary(
             gw_result, gateway_config, source=str(gateway) if gateway else "default (fleet)"
