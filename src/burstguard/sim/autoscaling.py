@@ -102,21 +102,8 @@ class ScalingDriver:
 
     def summary(self, end_s: float) -> dict[str, Any]:
         """`replica_seconds`, the replicas series, the scale events, the queue samples."""
-        fleet = self.controller.fleet
-        hist = fleet.history
         return {
-            "replica_seconds": fleet.replica_seconds(end_s),
-            "replicas": {
-                "t": [h.time for h in hist],
-                "desired": [h.desired for h in hist],
-                "starting": [h.starting for h in hist],
-                "ready": [h.ready for h in hist],
-                "draining": [h.draining for h in hist],
-            },
-            "scale_events": [
-                {"t": d.time, "desired": d.desired, "reason": d.reason, **dict(d.detail)}
-                for d in self.controller.decisions
-            ],
+            **self.controller.report(end_s),
             "queue_depth": {
                 "t": [t for t, _ in self.queue_series],
                 "value": [v for _, v in self.queue_series],

@@ -33,6 +33,7 @@ from functools import partial
 from typing import Any
 
 from burstguard.autoscale import ScalingPolicy
+from burstguard.autoscale.signals import gateway_signals
 from burstguard.bench.records import RequestRecord
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.core import EngineRequest, RequestRejected, StepResult, check_priority
@@ -223,14 +224,7 @@ class _GatewaySim:
         return True
 
     def _signals(self) -> dict[str, float]:
-        """What the live gateway's /metrics shows now, each summed over its labels."""
-        s = self.gw.stats
-        return {
-            "llm_request_queue_depth": float(sum(s.queue_depth.values())),
-            "burstguard_in_flight_requests": float(s.in_flight_requests),
-            "burstguard_arrivals_total": float(self.arrivals),
-            "llm_request_total": float(sum(sum(o.values()) for o in s.outcomes.values())),
-        }
+        return gateway_signals(self.gw.stats, self.arrivals)
 
     def _scaling_active(self) -> bool:
         return self.arrivals < len(self.workload) or not self._idle()
