@@ -14,9 +14,10 @@ from tests.conftest import BURSTGUARD
 from burstguard.bench.records import RequestRecord
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.profile import Profile
-from burstguard.tune.objective import ClassSlos, EngineObjective, Trial
+from burstguard.tune.objective import ClassSlos, EngineObjective, ScalingObjective, Trial
 from burstguard.tune.search import Runner, best, coordinate_descent, grid_search, pareto_front
 from burstguard.tune.space import ENGINE_KNOBS, grid, parse_axes
+from burstguard.workload.spec import RequestSpec, Workload
 from burstguard.workload.traces import load_workload
 from burstguard.workload.transform import slice_window
 
@@ -107,6 +108,8 @@ def test_tune_cli_prints_frontier_winner_and_second_seed(tmp_path: Path) -> None
         (["--axis", "chunked-prefill=maybe"], "not on/off"),
         (["--search", "random"], "--search must be"),
         (["--class-slo", "interactive"], "CLASS:ttft"),
+        (["--max-replicas", "3"], "need --autoscaler"),
+        (["--autoscaler", "kpa", "--axis", "max-num-seqs=4"], "KNOB=V1,V2"),
         (["--axis", "chunked-prefill=off", "--axis", "max-num-batched-tokens=64",
           "--axis", "max-num-seqs=8"], "no valid combination"),
     ],
@@ -119,3 +122,37 @@ def test_tune_refuses_bad_input_with_a_message(args: list[str], message: str) ->
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "policy, threshold_path, cooldown_path",
+    [
+        ("keda-queue", ("keda", "target"),
+         ("keda", "behavior", "scale_down", "stabilization_window_s")),
+        ("kpa", ("kpa", "target_concurrency"), ("kpa", "scale_down_delay_s")),
+        ("predictive", ("predictive", "rate_per_replica"), ("predictive", "scale_down_window_s")),
+    ],
+)  # fmt: skip
+def test_scaling_knobs_set_the_policys_own_fields(
+    policy: str, threshold_path: tuple[str, ...], cooldown_path: tuple[str, ...]
+) -> None:
+    obj = ScalingObjective(slice_window(_tiny(), 0, 1), EngineConfig(), Profile.load("instant"),
+                           ClassSlos(), policy, max_replicas=5, cold_start_s=7)  # fmt: skip
+    p = obj.scaling((("threshold", 3.5), ("min-replicas", 2), ("cooldown", 120.0)))
+    data = p.model_dump(mode="json")
+
+    def at(path: tuple[str, ...]) -> float:
+        node = data
+        for key in path:
+            node = node[key]
+        return node
+
+    assert at(threshold_path) == 3.5 and at(cooldown_path) == 120
+    assert p.min_replicas == 2 and p.max_replicas == 5 and p.cold_start == 7.0
+    assert not obj.valid((("min-replicas", 9),))  # above the maximum: refused, not run
+    switched = obj.scaling((("policy", "keda-rate"), ("threshold", 10.0)))
+    assert switched.params.query.metric == "burstguard_arrivals_total"  # type: ignore[union-attr]
+
+
+def _tiny() -> Workload:
+    return Workload.from_specs([RequestSpec("r0", 0.0, 10, 4)])

@@ -17,7 +17,13 @@ from burstguard.engine.config import EngineConfig
 from burstguard.engine.options import engine_options
 from burstguard.engine.profile import Profile
 from burstguard.errors import UserError
-from burstguard.tune.objective import ClassSlos, EngineObjective, Trial, jittered
+from burstguard.tune.objective import (
+    ClassSlos,
+    EngineObjective,
+    ScalingObjective,
+    Trial,
+    jittered,
+)
 from burstguard.tune.search import (
     Runner,
     best,
@@ -25,7 +31,14 @@ from burstguard.tune.search import (
     grid_search,
     pareto_front,
 )
-from burstguard.tune.space import ENGINE_KNOBS, Candidate, describe, grid, parse_axes
+from burstguard.tune.space import (
+    ENGINE_KNOBS,
+    Candidate,
+    describe,
+    grid,
+    parse_axes,
+    scaling_knobs,
+)
 from burstguard.workload.options import pattern_options
 from burstguard.workload.spec import Workload
 from burstguard.workload.synth import PatternSpec
@@ -69,6 +82,29 @@ def tune(
         list[str] | None,
         typer.Option("--class-slo", help="CLASS:ttft=S,tpot=S for one class (repeatable)"),
     ] = None,
+    autoscaler: Annotated[
+        str | None,
+        typer.Option(
+            "--autoscaler",
+            help="Tune this scaling policy's knobs (policy, threshold, window, min-replicas, "
+            "cooldown) on the simulated fleet instead of the engine flags.",
+            rich_help_panel="Autoscaling",
+        ),
+    ] = None,
+    max_replicas: Annotated[
+        int | None,
+        typer.Option(
+            "--max-replicas",
+            help="the fleet's maximum (fixed while tuning)",
+            rich_help_panel="Autoscaling",
+        ),
+    ] = None,
+    cold_start_s: Annotated[
+        float | None,
+        typer.Option(
+            "--cold-start-s", help="a fixed cold start (seconds)", rich_help_panel="Autoscaling"
+        ),
+    ] = None,
     workers: Annotated[
         int, typer.Option("--workers", help="worker processes (default: the machine's cores)")
     ] = 0,
@@ -76,9 +112,9 @@ def tune(
         Path | None, typer.Option("--json", help="Write every trial and the winner here.")
     ] = None,
 ) -> None:
-    """Tune the engine flags on a trace or a pattern: prints the Pareto frontier (cost vs
-    SLO attainment) and the config with the best goodput per replica-second, re-checked
-    on a second seed."""
+    """Tune the engine flags (or, with --autoscaler, the scaling policy on a simulated
+    fleet) on a trace or a pattern: prints the Pareto frontier (cost vs SLO attainment)
+    and the config with the best goodput per replica-second, re-checked on a second seed."""
     if (trace is None) == (pattern_spec is None):
         raise UserError("give exactly one of --trace FILE or --pattern NAME")
     if search not in ("descent", "grid"):
@@ -86,9 +122,22 @@ def tune(
     if workers < 0:
         raise UserError("--workers must be >= 0 (0: one per core)")
     slos = ClassSlos.parse(slo, class_slo or [])
-    axes = parse_axes(axis or [], ENGINE_KNOBS)
     workload, second = _workloads(trace, trace_format, pattern_spec)
-    objective = EngineObjective(workload, engine_config, profile, slos)
+    objective: EngineObjective | ScalingObjective
+    if autoscaler is not None:
+        from burstguard.autoscale import load_policy
+
+        base = load_policy(autoscaler).with_overrides(
+            max_replicas=max_replicas, cold_start_s=cold_start_s
+        )
+        axes = parse_axes(axis or [], scaling_knobs(base.model_dump(mode="json")))
+        objective = ScalingObjective(workload, engine_config, profile, slos, autoscaler,
+                                     max_replicas, cold_start_s)  # fmt: skip
+    else:
+        if max_replicas is not None or cold_start_s is not None:
+            raise UserError("--max-replicas and --cold-start-s need --autoscaler")
+        axes = parse_axes(axis or [], ENGINE_KNOBS)
+        objective = EngineObjective(workload, engine_config, profile, slos)
     candidates = [c for c in grid(axes) if objective.valid(c)]
     if not candidates:
         raise UserError("no valid combination of the --axis values (vLLM would refuse each)")
@@ -114,7 +163,11 @@ def tune(
         f"in {elapsed:.1f} s on {n_workers} worker(s)"
     )
     print(f"chosen: {describe(winner.candidate)}")
-    print(f"  vllm serve ... {vllm_flags(winner.candidate)}")
+    if autoscaler is None:
+        print(f"  vllm serve ... {vllm_flags(winner.candidate)}")
+    else:
+        print("  policy file (burstguard sim --autoscaler FILE, scaling export FILE):")
+        print("    " + objective.scaling(winner.candidate).to_yaml().replace("\n", "\n    "))  # type: ignore[union-attr]
     print(
         f"  goodput {winner.goodput_per_replica_s:.3f} req per replica-s, "
         f"SLO attainment {winner.attainment:.1%}, {winner.replica_seconds:.0f} replica-s"

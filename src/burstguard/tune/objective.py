@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,9 +17,12 @@ from burstguard.bench.summary import Slo
 from burstguard.engine.config import EngineConfig, EngineConfigError
 from burstguard.engine.profile import Profile
 from burstguard.errors import UserError
-from burstguard.tune.space import ENGINE_KNOBS, Candidate
+from burstguard.tune.space import ENGINE_KNOBS, SCALING_PATHS, Candidate
 from burstguard.workload.spec import Workload
 from burstguard.workload.transform import take
+
+if TYPE_CHECKING:
+    from burstguard.autoscale import ScalingPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,4 +140,76 @@ class EngineObjective:
             candidate, len(result.records), met,
             single_replica_seconds(workload, result.records),
             {"preemptions": result.preemptions},
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ScalingObjective:
+    """The gateway in front of a fleet its autoscaler sizes: the candidate sets the
+    policy's knobs (`space.SCALING_PATHS`) on top of `policy`, with the common overrides
+    (`max_replicas`, `cold_start_s`) kept."""
+
+    workload: Workload
+    engine: EngineConfig
+    profile: Profile
+    slos: ClassSlos
+    policy: str
+    max_replicas: int | None = None
+    cold_start_s: float | None = None
+    seed: int = 0
+
+    def scaling(self, candidate: Candidate) -> ScalingPolicy:
+        """The policy a candidate means (UserError naming the field if it is invalid)."""
+        from burstguard.autoscale import ScalingPolicy, load_policy
+
+        values = dict(candidate)
+        name = str(values.pop("policy", self.policy))
+        data = load_policy(name).model_dump(mode="json")
+        for knob, value in values.items():
+            *parents, leaf = SCALING_PATHS[knob][data["kind"]]
+            node = data
+            for key in parents:
+                node = node[key]
+            node[leaf] = int(value) if isinstance(node[leaf], int) else value
+        return ScalingPolicy.from_dict(data, f"tune candidate {candidate}").with_overrides(
+            max_replicas=self.max_replicas, cold_start_s=self.cold_start_s
+        )
+
+    def start(self, axes: Mapping[str, Sequence[Any]]) -> Candidate:
+        """For each knob the base policy's value, or the tried value nearest to it."""
+        base = self.scaling(())
+        data = base.model_dump(mode="json")
+
+        def nearest(knob: str, values: Sequence[Any]) -> Any:
+            if knob == "policy":
+                return self.policy if self.policy in values else values[0]
+            node: Any = data
+            for key in SCALING_PATHS[knob][base.kind]:
+                node = node[key]
+            return min(values, key=lambda v: (abs(float(v) - float(node)), float(v)))
+
+        return tuple((k, nearest(k, vs)) for k, vs in axes.items())
+
+    def valid(self, candidate: Candidate) -> bool:
+        try:
+            policy = self.scaling(candidate)
+        except UserError:
+            return False
+        return policy.min_replicas >= 1 and policy.min_replicas <= policy.max_replicas
+
+    def __call__(self, candidate: Candidate) -> Trial:
+        from burstguard.sim.cli import fleet_gateway
+        from burstguard.sim.gateway_loop import simulate_gateway
+
+        policy = self.scaling(candidate)
+        res = simulate_gateway(
+            self.workload, self.engine, self.profile, fleet_gateway(policy.max_replicas),
+            policy.min_replicas, scaling=policy, seed=self.seed,
+        )  # fmt: skip
+        assert res.scaling is not None
+        met = sum(1 for r in res.records if self.slos.met(r))
+        return Trial(
+            candidate, len(res.records), met, res.scaling["replica_seconds"],
+            {"scale_events": len(res.scaling["scale_events"]),
+             "max_ready": max(res.scaling["replicas"]["ready"])},
         )  # fmt: skip

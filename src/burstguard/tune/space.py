@@ -50,10 +50,51 @@ ENGINE_KNOBS: dict[str, Knob] = {
 }  # fmt: skip
 
 
+SCALING_PATHS: dict[str, dict[str, tuple[str, ...]]] = {
+    "threshold": {"keda": ("keda", "target"), "kpa": ("kpa", "target_concurrency"),
+                  "predictive": ("predictive", "rate_per_replica")},
+    "window": {"keda": ("keda", "query", "window_s"), "kpa": ("kpa", "stable_window_s"),
+               "predictive": ("predictive", "burst_window_s")},
+    "min-replicas": {k: (k, "min_replicas") for k in ("keda", "kpa", "predictive")},
+    "cooldown": {"keda": ("keda", "behavior", "scale_down", "stabilization_window_s"),
+                 "kpa": ("kpa", "scale_down_delay_s"),
+                 "predictive": ("predictive", "scale_down_window_s")},
+}  # fmt: skip
+"""Where each autoscaler knob lives in a policy of each kind: the trigger's threshold
+(waiting requests, req/s or concurrency per replica), its window (the query's range, KPA's
+stable window, the burst window), the minimum, and the scale-down wait."""
+
+
+def scaling_knobs(base: Mapping[str, Any]) -> dict[str, Knob]:
+    """The autoscaler knobs for the policy `base` (a `model_dump`), with default values
+    around its own: threshold x0.5-2, window x0.5-2, min 1/2/4, cooldown 0-5 min."""
+
+    def at(path: tuple[str, ...]) -> float:
+        value: Any = base
+        for key in path:
+            value = value[key]
+        return float(value)
+
+    kind = base["kind"]
+    threshold = at(SCALING_PATHS["threshold"][kind])
+    window = at(SCALING_PATHS["window"][kind])
+    return {
+        "policy": Knob("policy", "policy", str, (), "a preset or policy file (the metric)"),
+        "threshold": Knob("threshold", "threshold", float,
+                          tuple(round(threshold * f, 6) for f in (0.5, 0.75, 1.0, 1.5, 2.0)),
+                          "target per replica (queue, req/s or concurrency)"),
+        "window": Knob("window", "window", float,
+                       tuple(round(window * f, 6) for f in (0.5, 1.0, 2.0)), "seconds"),
+        "min-replicas": Knob("min-replicas", "min-replicas", int, (1, 2, 4), "minimum"),
+        "cooldown": Knob("cooldown", "cooldown", float, (0.0, 60.0, 120.0, 300.0),
+                         "scale-down wait, seconds"),
+    }  # fmt: skip
+
+
 def parse_axes(items: Sequence[str], knobs: Mapping[str, Knob]) -> dict[str, tuple[Any, ...]]:
     """`["max-num-seqs=64,128", ...]` -> {knob: values}; knobs not named keep their
     default values. An empty list gives the default grid."""
-    axes = {name: k.default_values for name, k in knobs.items()}
+    axes = {name: k.default_values for name, k in knobs.items() if k.default_values}
     for item in items:
         name, sep, values = item.partition("=")
         name = name.strip()
