@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import yaml
@@ -113,6 +113,7 @@ def fleet_cmd(
     gateway's metrics, each joining the backend file after a simulated cold start."""
     import asyncio
     import json
+    import signal
     import sys
 
     from burstguard.autoscale.config import load_policy
@@ -131,11 +132,14 @@ def fleet_cmd(
                 "--host", "127.0.0.1", "--port", str(port), "--speedup", str(speedup),
                 "--max-num-seqs", str(max_num_seqs)]  # fmt: skip
 
-    fleet = LocalFleet(scaling, backend_file, gateway, argv, speedup=speedup, log_dir=log_dir)
-    try:
-        books = asyncio.run(fleet.run(duration))
-    except KeyboardInterrupt:
-        return
+    async def main() -> dict[str, Any]:
+        fleet = LocalFleet(scaling, backend_file, gateway, argv, speedup=speedup, log_dir=log_dir)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):  # stop cleanly: the books are written
+            loop.add_signal_handler(sig, fleet.stop)
+        return await fleet.run(duration)
+
+    books = asyncio.run(main())
     print(
         f"replica-seconds {books['replica_seconds']:.0f} (engine), scale events "
         f"{len(books['scale_events'])}, ready max {max(books['replicas']['ready'])}"

@@ -87,6 +87,11 @@ class LocalFleet:
         self._signals: dict[str, float] = dict.fromkeys(SIGNAL_NAMES, 0.0)
         self._session: aiohttp.ClientSession | None = None
         self._stopping: set[asyncio.Future[None]] = set()
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        """Ends `run` now (SIGTERM, SIGINT): the books are still returned."""
+        self._stop.set()
 
     def now(self) -> float:
         """Engine seconds since the fleet started."""
@@ -98,7 +103,7 @@ class LocalFleet:
     # -- running ------------------------------------------------------------------------
 
     async def run(self, duration_s: float | None = None) -> dict[str, Any]:
-        """Starts the initial replicas, scales until `duration_s` (wall) or cancelled,
+        """Starts the initial replicas, scales until `duration_s` (wall) or `stop()`,
         stops every process; returns the controller's books at the end."""
         self._session = aiohttp.ClientSession()
         try:
@@ -110,7 +115,8 @@ class LocalFleet:
             poller = asyncio.ensure_future(self._poll_gateway())
             scaler = asyncio.ensure_future(self.scaler.run())
             try:
-                await asyncio.sleep(duration_s if duration_s is not None else 1e12)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), duration_s)
             finally:
                 for task in (poller, scaler, *self._tasks.values()):
                     task.cancel()
