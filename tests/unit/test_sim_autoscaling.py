@@ -125,3 +125,22 @@ def test_sim_refuses_bad_scaling_flags(args: list[str], message: str) -> None:
     )  # fmt: skip
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_cap_shrunk_while_one_replica_was_overloaded_is_lifted_when_the_fleet_grows() -> None:
+    """The gateway-wide in-flight cap adapts from the only backend; once a scale-up adds
+    replicas only their own caps adapt, so the shrunk global one must not stay shrunk
+    (it did: 16 replicas then served a burst through one replica's cap)."""
+    from burstguard.sim.gateway_loop import _GatewaySim
+    from burstguard.sim.replicas import replica_id
+
+    gateway = fleet_gateway(4)
+    sim = _GatewaySim(stepped(), EngineConfig(max_num_seqs=8), H100, gateway, replicas=1)
+    caps: list[float] = []
+    sim.heap.at(110.0, 1, lambda t: caps.append(sim.gw.stats.limit_requests))
+    for k in (1, 2, 3):
+        sim.heap.at(110.0, 1, lambda t, k=k: sim.replicas.add_replica(replica_id(k), t))
+    sim.heap.at(112.0, 1, lambda t: caps.append(sim.gw.stats.limit_requests))
+    sim.run()
+    assert caps[0] < gateway.admission.max_in_flight  # shrunk by the overloaded replica
+    assert caps[1] == gateway.admission.max_in_flight
