@@ -30,6 +30,7 @@ from burstguard.tune.search import (
     coordinate_descent,
     grid_search,
     pareto_front,
+    rank_key,
 )
 from burstguard.tune.space import (
     ENGINE_KNOBS,
@@ -140,10 +141,13 @@ def tune(
         objective = EngineObjective(workload, engine_config, profile, slos)
     candidates = [c for c in grid(axes) if objective.valid(c)]
     if not candidates:
-        raise UserError("no valid combination of the --axis values (vLLM would refuse each)")
+        raise UserError(
+            "no valid combination of the --axis values (vLLM, or the policy's limits, "
+            "would refuse each)"
+        )
     n_workers = workers or os.cpu_count() or 1
     started = time.monotonic()
-    with _progress(len(candidates)) as advance, Runner(objective, n_workers, advance) as runner:
+    with _ProgressBar(len(candidates)) as advance, Runner(objective, n_workers, advance) as runner:
         if search == "grid":
             trials = grid_search(candidates, runner)
         else:
@@ -153,7 +157,7 @@ def tune(
             trials = coordinate_descent(axes, start, runner, objective.valid)
     elapsed = time.monotonic() - started
     winner = best(trials)
-    finalists = sorted(trials, key=lambda t: t.goodput_per_replica_s, reverse=True)[:3]
+    finalists = sorted(trials, key=rank_key, reverse=True)[:3]  # the winner first
     with Runner(replace(objective, workload=second), n_workers) as recheck:
         again = recheck.run([t.candidate for t in finalists])
     verdict = robustness(winner, finalists, again)
@@ -260,7 +264,7 @@ def trial_json(t: Trial) -> dict[str, Any]:
     }  # fmt: skip
 
 
-class _progress:
+class _ProgressBar:
     """A rich progress bar on a terminal, nothing otherwise; yields `advance(n)`."""
 
     def __init__(self, total: int) -> None:
