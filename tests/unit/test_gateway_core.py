@@ -83,13 +83,36 @@ def test_config_errors_name_the_field(tmp_path: Path) -> None:
         GatewayConfig.load(path)
 
 
-def test_a_config_with_two_backends_is_refused_not_half_served(tmp_path: Path) -> None:
+def test_a_config_lists_several_backends_and_backend_flags_replace_them(tmp_path: Path) -> None:
     path = tmp_path / "gw.yaml"
-    path.write_text("backends:\n  - url: http://127.0.0.1:8000\n  - url: http://127.0.0.1:8001\n")
-    with pytest.raises(UserError, match=r"backends: one backend per gateway \(got 2\)"):
+    path.write_text(
+        "backends:\n  - url: http://127.0.0.1:8000\n    resume: true\n"
+        "  - url: http://127.0.0.1:8001\n"
+    )
+    cfg = load_config(path, None, None, None)
+    assert cfg.backend_urls() == ("http://127.0.0.1:8000", "http://127.0.0.1:8001")
+    flags = ["http://127.0.0.1:9000", "http://127.0.0.1:9001", "http://127.0.0.1:9002"]
+    cfg = load_config(path, flags, None, None)
+    assert cfg.backend_urls() == tuple(flags)
+    assert all(b.resume for b in cfg.backends)  # the first entry's settings carry over
+
+
+def test_duplicate_backends_are_an_error_naming_both_places(tmp_path: Path) -> None:
+    path = tmp_path / "gw.yaml"
+    path.write_text("backends:\n  - url: http://a:8000\n  - url: http://A:8000/\n")
+    with pytest.raises(
+        UserError, match=r"backends\.1: 'http://A:8000/' is the same backend as backends\.0"
+    ):
         load_config(path, None, None, None)
-    with pytest.raises(UserError, match=r"\(got 2\)"):  # --backend replaces the first only
-        load_config(path, "http://127.0.0.1:9000", None, None)
+    with pytest.raises(UserError, match=r"backends\.1: .* same backend as backends\.0"):
+        load_config(None, ["http://x:1", "http://X:1/"], None, None)
+    with pytest.raises(UserError, match=r"--backend 2: 'x:1' is not an http"):
+        load_config(None, ["http://x:1", "x:1"], None, None)
+    with pytest.raises(UserError, match=r"backends: no backend configured"):
+        load_config(None, None, None, None)
+    path.write_text("fleet:\n  redis:\n    url: http://r:6379\n")
+    with pytest.raises(UserError, match=r"fleet\.redis\.url: expected redis://"):
+        load_config(path, ["http://x:1"], None, None)
 
 
 def test_class_inflow_reads_true_from_a_cold_start() -> None:

@@ -14,9 +14,12 @@ if TYPE_CHECKING:
 
 
 def load_config(
-    config: Path | None, backend: str | None, host: str | None, port: int | None
+    config: Path | None, backends: list[str] | None, host: str | None, port: int | None
 ) -> GatewayConfig:
-    """The config file (or the defaults) with the command-line flags laid over it."""
+    """The config file (or the defaults) with the command-line flags laid over it.
+
+    `--backend URL` (repeatable) replaces the config's list of backends: the first keeps
+    the first entry's settings (timeouts, resume), the others copy them."""
     from burstguard.gateway.config import GatewayConfig
 
     data: dict[str, Any] = {}
@@ -25,15 +28,13 @@ def load_config(
         base = GatewayConfig.load(config)  # validates the file on its own first
         data = base.model_dump(mode="python", exclude_unset=True)
         source = str(config)
-    if backend is not None:
-        if not backend.startswith(("http://", "https://")):
-            raise UserError(f"--backend: {backend!r} is not an http:// or https:// URL")
-        backends = [dict(b) for b in data.get("backends", ())]
-        if backends:
-            backends[0]["url"] = backend
-        else:
-            backends = [{"url": backend}]
-        data["backends"] = backends
+    if backends:
+        for i, url in enumerate(backends):
+            if not url.startswith(("http://", "https://")):
+                raise UserError(f"--backend {i + 1}: {url!r} is not an http:// or https:// URL")
+        given = [dict(b) for b in data.get("backends", ())]
+        template = {k: v for k, v in (given[0] if given else {}).items() if k != "metrics_url"}
+        data["backends"] = [{**template, "url": url} for url in backends]
     listen = dict(data.get("listen", {}))
     if host is not None:
         listen["host"] = host
@@ -41,12 +42,11 @@ def load_config(
         listen["port"] = port
     data["listen"] = listen
     cfg = GatewayConfig.from_dict(data, source=source)
-    if not cfg.backends:
-        raise UserError(f"{source}: backends: no backend configured (pass --backend URL)")
-    if len(cfg.backends) > 1:  # refused, not silently served by the first alone
+    discovery = cfg.fleet.discovery
+    if not cfg.backends and discovery.dns is None and discovery.file is None:
         raise UserError(
-            f"{source}: backends: one backend per gateway (got {len(cfg.backends)}): its "
-            "admission follows that engine's own metrics; run a gateway per engine replica"
+            f"{source}: backends: no backend configured (pass --backend URL, or set "
+            "fleet.discovery.dns or fleet.discovery.file)"
         )
     return cfg
 
@@ -56,13 +56,14 @@ def gateway(
         Path | None, typer.Option("--config", "-c", help="Gateway config (YAML).")
     ] = None,
     backend: Annotated[
-        str | None, typer.Option(help="Backend base URL (overrides the config's backend).")
+        list[str] | None,
+        typer.Option(help="Backend base URL; repeat for a fleet (replaces the config's backends)."),
     ] = None,
     host: Annotated[str | None, typer.Option(help="Address to listen on.")] = None,
     port: Annotated[int | None, typer.Option(help="Port to listen on.")] = None,
     log_level: Annotated[str, typer.Option(help="Log level of the per-request log.")] = "info",
 ) -> None:
-    """Serve the burst-absorbing gateway: queue, order, admit and shed in front of an engine."""
+    """Serve the burst-absorbing gateway: queue, order, admit, shed and route over engines."""
     import asyncio
     import logging
     import sys
@@ -84,7 +85,8 @@ def gateway(
     url = f"http://{cfg.listen.host}:{cfg.listen.port}"
 
     def ready() -> None:
-        print(f"burstguard gateway on {url} -> {cfg.backends[0].url}", flush=True)
+        names = ", ".join(b.url for b in cfg.backends) or "discovered backends"
+        print(f"burstguard gateway on {url} -> {names}", flush=True)
 
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     try:

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from burstguard.errors import UserError
+from burstguard.gateway.fleet.config import FleetConfig, check_backend_urls
 
 
 class _Strict(BaseModel):
@@ -99,6 +100,12 @@ class AdmissionConfig(_Strict):
     max_queue_requests: int = Field(4096, ge=1)
     max_queue_tokens: int = Field(4_000_000, ge=1)
     max_in_flight: int = Field(256, ge=1, description="request cap over all backends")
+    max_in_flight_per_backend: int | None = Field(
+        None,
+        ge=1,
+        description="request cap per backend (shared by all gateway replicas "
+        "through fleet.redis leases); None: max_in_flight",
+    )
     max_in_flight_tokens: int | None = Field(
         None, ge=1, description="token cap (prompt + predicted output); None: learned only"
     )
@@ -180,9 +187,11 @@ class GatewayConfig(_Strict):
     policy: PolicyConfig = PolicyConfig()
     admission: AdmissionConfig = AdmissionConfig()
     predictor: PredictorConfig = PredictorConfig()
+    fleet: FleetConfig = FleetConfig()
 
     @model_validator(mode="after")
     def _check(self) -> GatewayConfig:
+        check_backend_urls([b.url for b in self.backends], "backends")  # duplicates
         names = [c.name for c in self.classes]
         if len(set(names)) != len(names):
             raise ValueError(f"classes: duplicate class names in {names}")
@@ -195,6 +204,19 @@ class GatewayConfig(_Strict):
         if len(set(keys)) != len(keys):
             raise ValueError("api_keys: the same key is listed twice")
         return self
+
+    def backend_urls(self) -> tuple[str, ...]:
+        """The static backends' normalised URLs (the fleet's names for them)."""
+        return check_backend_urls([b.url for b in self.backends], "backends")
+
+    def backend_config(self, url: str) -> BackendConfig:
+        """The static entry for `url`; a discovered backend gets the first entry's settings
+        (or the defaults) with its own URL."""
+        for b, norm in zip(self.backends, self.backend_urls(), strict=True):
+            if norm == url:
+                return b
+        base = self.backends[0] if self.backends else BackendConfig(url=url)
+        return base.model_copy(update={"url": url, "metrics_url": None})
 
     def class_by_name(self, name: str | None) -> ClassConfig:
         """The class called `name`, or the default class for unknown or missing names."""
@@ -225,6 +247,8 @@ class GatewayConfig(_Strict):
             return cls.model_validate(data)
         except ValidationError as exc:
             raise UserError(f"{source}: {_describe(exc)}") from exc
+        except UserError as exc:  # a backend check inside a validator
+            raise UserError(f"{source}: {exc}") from exc
 
 
 def _describe(exc: ValidationError) -> str:

@@ -19,6 +19,21 @@ its KV) and requeued at its original arrival; its later `Release` is marked `res
 and the shell continues the client's answer where it stopped. In continuous batching
 every running request decodes one token per step, so "fewest tokens" is "latest first
 token" (none yet: fewest of all), which the core knows from `FirstToken` events alone.
+
+Routing is a decision of the core too: with a `Fleet` (the live gateway always has one,
+`burstguard sim --replicas N` too), each `Release` names the backend the fleet's router
+picked, and a request is released only while some routable backend is below its
+in-flight cap. Each backend has its own adaptive request cap (`InFlightLimits` fed by
+that backend's `Scrape`, at most `max_in_flight_per_backend`), handed to the fleet with
+`Fleet.set_cap`; the gateway-wide caps (`max_in_flight`, the token budget) still bound
+the total, and adapt from the backend's metrics only while there is one backend. A
+`BackendFailed` goes to `Fleet.on_failure`: a request whose client has nothing yet (or
+that can be resumed) is released to another backend at once (`Release(failover=True)`),
+queued again at its place when the others are at their caps, or abandoned (`Abandon`)
+when the retry budget or the fleet says no. `LeaseRefused` (another gateway replica
+holds the backend's shared cap) queues it again and holds that backend at its current
+load for one tick. The fleet's clock is wall seconds: the core hands it `now /
+engine_speedup`, so health and budget windows mean the same live and simulated.
 """
 
 from __future__ import annotations
@@ -35,19 +50,25 @@ from burstguard.gateway.admission import (
 )
 from burstguard.gateway.config import ClassConfig, GatewayConfig
 from burstguard.gateway.events import (
+    Abandon,
     Arrive,
+    BackendFailed,
     Cancel,
     Effect,
     Event,
     Fail,
     Finish,
     FirstToken,
+    Forget,
+    LeaseRefused,
     Preempt,
     Reject,
     Release,
     Scrape,
     Tick,
 )
+from burstguard.gateway.fleet.fleet import Fleet
+from burstguard.gateway.fleet.router import RouteRequest
 from burstguard.gateway.policies import Picker, order_key
 from burstguard.gateway.predictor import OutputPredictor
 from burstguard.gateway.queue import ClassQueue, GatewayQueue
@@ -94,8 +115,29 @@ class GatewayStats:
 class GatewayCore:
     """Queue, order, admit, shed and preempt; see the module docstrings of the parts."""
 
-    def __init__(self, config: GatewayConfig) -> None:
+    def __init__(self, config: GatewayConfig, fleet: Fleet | None = None) -> None:
+        """`fleet`: the backends to route over (None: one is made of `config.backends`,
+        unless there are none: then `Release` names no backend, as for a single engine)."""
         self.config = config
+        if fleet is None and config.backends:
+            fleet = Fleet(config.fleet, config.backend_urls())
+        self.fleet = fleet
+        self._fleet_scale = 1.0 / config.engine_speedup  # core clock -> the fleet's wall clock
+        per_backend = config.admission.max_in_flight_per_backend or config.admission.max_in_flight
+        self._backend_adm = config.admission.model_copy(
+            update={
+                "max_in_flight": per_backend,
+                "min_in_flight": min(config.admission.min_in_flight, per_backend),
+            }
+        )
+        self._backend_limits: dict[str, InFlightLimits] = {}
+        self._backend_states: dict[str, BackendState] = {}
+        self._backend_load: dict[str, list[int]] = {}  # url -> [requests, tokens] in flight
+        self._routed: dict[str, str] = {}  # request id -> its backend now
+        self._held: dict[str, float] = {}  # backend -> until when a refused lease holds it
+        self._resume_after_failure: set[str] = set()  # requeued after a failure mid-answer
+        self._forgotten: list[str] = []
+        self._now = 0.0
         self._adm = config.admission
         self._queue = GatewayQueue(config.classes)
         self._picker = Picker(config.policy, self._queue)
@@ -126,6 +168,7 @@ class GatewayCore:
     def handle(self, event: Event, now: float) -> list[Effect]:
         """Applies `event` at `now`; the effects to carry out, in order."""
         out: list[Effect] = []
+        self._now = now
         if isinstance(event, Arrive):
             adm = self.submit(event.req, now)
             out += (self._shed(v, "evicted", now) for v in adm.evicted)
@@ -136,7 +179,7 @@ class GatewayCore:
         elif isinstance(event, Tick):
             out += (self._shed(r, "deadline", now) for r in self.expire(now))
         elif isinstance(event, Scrape):
-            self._backend = event.state
+            self._scraped(event, now)
         elif isinstance(event, FirstToken):
             self.on_first_token(event.request_id, now)
         elif isinstance(event, Finish):
@@ -145,8 +188,127 @@ class GatewayCore:
             self.cancel(event.request_id, now)
         elif isinstance(event, Fail):
             self.fail(event.request_id, now)
+        elif isinstance(event, BackendFailed):
+            self._backend_failed(event, now, out)
+        elif isinstance(event, LeaseRefused):
+            self._lease_refused(event.request_id, now)
         out += self.dispatch(now)
+        if self._forgotten:
+            out += (Forget(url) for url in self._forgotten)
+            self._forgotten.clear()
         return out
+
+    # -- the fleet --------------------------------------------------------------------
+
+    def _fnow(self, now: float) -> float:
+        return now * self._fleet_scale
+
+    def _scraped(self, event: Scrape, now: float) -> None:
+        """One backend's metrics: its own limits adapt from them; the gateway-wide ones
+        too while it is the only backend."""
+        if self.fleet is None or event.backend is None:
+            self._backend = event.state
+            return
+        url = event.backend
+        self.fleet.on_metrics(url, event.state, self._fnow(now))
+        self._backend_states[url] = event.state
+        self._backend = event.state if len(self.fleet.backends) == 1 else None
+
+    def _backend_limit(self, url: str, now: float) -> InFlightLimits:
+        lim = self._backend_limits.get(url)
+        if lim is None:
+            interval = self.config.scrape_interval_s * self.config.engine_speedup
+            lim = self._backend_limits[url] = InFlightLimits(self._backend_adm, interval)
+        return lim
+
+    def _set_caps(self, now: float) -> None:
+        """Each backend's cap for the router: its adaptive limit, or its current load while
+        a refused shared lease holds it."""
+        assert self.fleet is not None
+        for url in self.fleet.backends:
+            lim = self._backend_limit(url, now)
+            load = self._backend_load.setdefault(url, [0, 0])
+            lim.observe(now, self._backend_states.get(url), load[0], load[1])
+            cap: float = max(1.0, lim.requests)
+            if self._held.get(url, -math.inf) > now:
+                cap = min(cap, load[0])
+            self.fleet.set_cap(url, cap)
+
+    def backend_cap(self, url: str) -> int:
+        """The request cap of `url` as configured (what shared leases count against)."""
+        return int(self._backend_adm.max_in_flight)
+
+    def _route(self, e: Entry, now: float) -> str | None:
+        assert self.fleet is not None
+        url = self.fleet.route(e.req.id, RouteRequest(e.cost, e.req.prefix_hashes), self._fnow(now))
+        if url is not None:
+            self._on_backend(e, url)
+        return url
+
+    def _on_backend(self, e: Entry, url: str) -> None:
+        self._routed[e.req.id] = url
+        load = self._backend_load.setdefault(url, [0, 0])
+        load[0] += 1
+        load[1] += e.cost
+
+    def _off_backend(self, e: Entry) -> None:
+        url = self._routed.pop(e.req.id, None)
+        if url is not None and (load := self._backend_load.get(url)) is not None:
+            load[0] -= 1
+            load[1] -= e.cost
+
+    def _fleet_done(self, e: Entry) -> None:
+        """The request left its backend (ended or preempted): the fleet frees its slot."""
+        self._off_backend(e)
+        if self.fleet is not None:
+            gone = self.fleet.on_done(e.req.id, self._fnow(self._now))
+            if gone is not None:
+                self._forget(gone)
+
+    def _forget(self, url: str) -> None:
+        self._forgotten.append(url)
+        for d in (self._backend_limits, self._backend_states, self._backend_load, self._held):
+            d.pop(url, None)
+
+    def _backend_failed(self, event: BackendFailed, now: float, out: list[Effect]) -> None:
+        e = self._in_flight.get(event.request_id)
+        if e is None or self.fleet is None:
+            return
+        started = event.started
+        retryable = not started or (self._can_preempt and e.req.resumable)
+        self._off_backend(e)
+        fo = self.fleet.on_failure(e.req.id, event.reason, self._fnow(now), retryable)
+        if fo.removed is not None:
+            self._forget(fo.removed)
+        if fo.backend is not None:
+            self._on_backend(e, fo.backend)
+            priority = e.cls.rank if self._forward_priority else None
+            resumed = started or e.preemptions > 0
+            out.append(Release(e.req, priority, resumed, fo.backend, failover=True))
+        elif fo.outcome == "no_room":  # the others are full: first in line at its place
+            self._requeue(e)
+            if started:
+                self._resume_after_failure.add(e.req.id)
+        else:
+            self._leave(e.req.id, now, "failed")
+            out.append(Abandon(e.req, fo.outcome))
+
+    def _lease_refused(self, request_id: str, now: float) -> None:
+        e = self._in_flight.get(request_id)
+        url = self._routed.get(request_id)
+        if e is None or url is None or self.fleet is None:
+            return
+        self._off_backend(e)
+        self.fleet.unroute(request_id)
+        self._requeue(e)
+        self._held[url] = now + TICK_S * self.config.engine_speedup
+
+    def _requeue(self, e: Entry) -> None:
+        """Back into the queue at its original place (its order key is kept)."""
+        self._unrelease(e)
+        e.alive = True
+        self._queue.push(e)
+        self._queued[e.req.id] = e
 
     def _shed(self, req: GatewayRequest, reason: str, now: float) -> Reject:
         """A queued request answered 429 with a Retry-After: when a new request of its
@@ -295,7 +457,17 @@ class GatewayCore:
             own = max(1.0, q.cls.max_in_flight_fraction * lim.requests)
             return aged or self._class_requests[q.cls.name] < own
 
+        fleet = self.fleet
+        if fleet is not None:
+            self._set_caps(now)
         while self._queue.count:
+            if fleet is not None and not fleet.has_room(self._fnow(now)):
+                lim.bound = True
+                for b in self._backend_limits.values():
+                    b.bound = True
+                if self._can_preempt and self._preempt_for_better(now, out):
+                    continue
+                break
             e = self._picker.next(now, allowed)
             if e is None:
                 lim.bound = True
@@ -306,7 +478,10 @@ class GatewayCore:
                 blocked.add(e.cls.name)  # other classes may still fit
                 lim.bound = True
                 continue
-            self._release(e, now, out)
+            url = self._route(e, now) if fleet is not None else None
+            if fleet is not None and url is None:
+                break
+            self._release(e, now, out, url)
         self._rate.observe(now, self._saturated())
         return out
 
@@ -318,7 +493,7 @@ class GatewayCore:
         mine = self._class_tokens[cls.name]
         return aged or not mine or mine + e.cost <= cls.max_in_flight_fraction * lim.tokens
 
-    def _release(self, e: Entry, now: float, out: list[Effect]) -> None:
+    def _release(self, e: Entry, now: float, out: list[Effect], backend: str | None) -> None:
         self._queue.remove(e)
         del self._queued[e.req.id]
         self._in_flight[e.req.id] = e
@@ -330,13 +505,16 @@ class GatewayCore:
         e.released_at = now
         self._picker.fairness(e.cls.name).charge(e.tenant, e.cost)
         priority = e.cls.rank if self._forward_priority else None
-        out.append(Release(e.req, priority, resumed=e.preemptions > 0))
+        resumed = e.preemptions > 0 or e.req.id in self._resume_after_failure
+        self._resume_after_failure.discard(e.req.id)
+        out.append(Release(e.req, priority, resumed, backend))
 
     def _preempt_for_better(self, now: float, out: list[Effect]) -> bool:
         """With every slot taken: the best class that waits (and its own cap admits) takes
         the slot of a preemptible request of a worse class; False when none can."""
         lim = self._limits
-        if len(self._in_flight) < max(1.0, lim.requests):
+        full = self.fleet is not None and not self.fleet.has_room(self._fnow(now))
+        if len(self._in_flight) < max(1.0, lim.requests) and not full:
             return False  # a slot is free: what waits is held by its own class cap
         for q in self._queue.classes:
             if not q.count:
@@ -349,14 +527,17 @@ class GatewayCore:
             if victim is None:
                 return False  # a worse class finds fewer victims still
             waiting = self._picker.fairness(q.cls.name).pick(q)
-            self._unrelease(victim)
+            self._requeue(victim)
             victim.preemptions += 1
             self._preemptions[victim.cls.name] += 1
-            victim.alive = True
-            self._queue.push(victim)
-            self._queued[victim.req.id] = victim
             out.append(Preempt(victim.req))
-            self._release(waiting, now, out)
+            url = None
+            if self.fleet is not None:
+                self._set_caps(now)
+                url = self._route(waiting, now)
+                if url is None:  # cannot happen: the victim's slot is free
+                    return False
+            self._release(waiting, now, out, url)
             return True
         return False
 
@@ -391,6 +572,8 @@ class GatewayCore:
         if e.first_token_at is not None:
             return True  # a resumed request: its client saw its first token long ago
         e.first_token_at = now
+        if self.fleet is not None:
+            self.fleet.on_success(request_id, self._fnow(now))
         slo = self._ttft[e.cls.name]
         slo[1] += 1
         target = e.cls.ttft_target_s
@@ -409,6 +592,8 @@ class GatewayCore:
                 return False
             self._queue.remove(e)
         else:
+            if self.fleet is not None:
+                self.fleet.on_success(request_id, self._fnow(now))
             self._unrelease(e)
         self._rate.observe(now, self._saturated())
         r = e.req
@@ -453,6 +638,8 @@ class GatewayCore:
         return [e.req for e in gone]
 
     def _unrelease(self, e: Entry) -> None:
+        self._fleet_done(e)
+        self._resume_after_failure.discard(e.req.id)
         del self._in_flight[e.req.id]
         self._in_flight_tokens -= e.cost
         self._class_requests[e.cls.name] -= 1

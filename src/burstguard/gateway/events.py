@@ -30,9 +30,11 @@ class Tick:
 
 @dataclass(frozen=True, slots=True)
 class Scrape:
-    """The backend's metrics were read."""
+    """A backend's metrics were read (`backend`: its URL; None: the only backend of a
+    core without a fleet)."""
 
     state: BackendState
+    backend: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +66,27 @@ class Fail:
     request_id: str
 
 
-Event = Arrive | Tick | Scrape | FirstToken | Finish | Cancel | Fail
+@dataclass(frozen=True, slots=True)
+class BackendFailed:
+    """The request's backend failed it: `reason` is one of `fleet.FAILURE_REASONS`
+    (connect, reset, status_5xx, timeout). `started`: its client already holds part of
+    the answer (then only a resumable request may go on elsewhere). The core answers with
+    a `Release` to another backend (failover), by queueing it again, or with `Abandon`."""
+
+    request_id: str
+    reason: str
+    started: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRefused:
+    """The shared in-flight lease on the request's backend was refused (other gateway
+    replicas hold its cap): the request was not sent; the core queues it again."""
+
+    request_id: str
+
+
+Event = Arrive | Tick | Scrape | FirstToken | Finish | Cancel | Fail | BackendFailed | LeaseRefused
 
 
 # -- effects: what to do ------------------------------------------------------------------
@@ -72,12 +94,16 @@ Event = Arrive | Tick | Scrape | FirstToken | Finish | Cancel | Fail
 
 @dataclass(frozen=True, slots=True)
 class Release:
-    """Send the request to the backend now. `priority`: vLLM's `priority` field to set (None:
-    leave it out). `resumed`: it was preempted before; continue it where the client is."""
+    """Send the request to `backend` now (the router's pick; None: a core without a fleet,
+    the only backend). `priority`: vLLM's `priority` field to set (None: leave it out).
+    `resumed`: it was preempted (or its backend failed after its first token) before;
+    continue it where the client is. `failover`: a resend after its backend failed."""
 
     req: GatewayRequest
     priority: int | None = None
     resumed: bool = False
+    backend: str | None = None
+    failover: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,4 +124,21 @@ class Preempt:
     req: GatewayRequest
 
 
-Effect = Release | Reject | Preempt
+@dataclass(frozen=True, slots=True)
+class Abandon:
+    """Its backend failed it and it cannot go on (`outcome`: not_retryable, budget,
+    no_backend): answer the client with an error (in-band if its answer has started)."""
+
+    req: GatewayRequest
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class Forget:
+    """`backend` drained and left the fleet: stop its scraper. (No request: `req` None.)"""
+
+    backend: str
+    req: None = None
+
+
+Effect = Release | Reject | Preempt | Abandon | Forget

@@ -24,6 +24,7 @@ class GatewayRequest:
     route: str | None = None  # e.g. "/v1/chat/completions" or the model name: predictor key
     resumable: bool = True  # the shell can continue it after a preemption (a token-id
     # prompt's stream cannot be continued with text: its class's preemptions skip it)
+    prefix_hashes: tuple[int, ...] = ()  # its prompt's leading block hashes (prefix affinity)
 
 
 @dataclass(frozen=True, slots=True)
