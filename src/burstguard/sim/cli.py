@@ -47,8 +47,18 @@ def sim(
             "--gateway", help="Gateway config (YAML): run its policies in front of the engine."
         ),
     ] = None,
+    replicas: Annotated[
+        int,
+        typer.Option(
+            "--replicas",
+            min=1,
+            max=1024,
+            help="Engine replicas behind the gateway's router (needs --gateway).",
+        ),
+    ] = 1,
 ) -> None:
-    """Simulate one engine on a workload; prints latency percentiles (engine time)."""
+    """Simulate one engine (or, with --gateway, N replicas behind the gateway's router) on
+    a workload; prints latency percentiles (engine time)."""
     from burstguard.bench.records import write_records
     from burstguard.bench.summary import Slo, summarize, write_summary
     from burstguard.sim.loop import simulate
@@ -62,6 +72,8 @@ def sim(
     except ValueError as exc:
         raise UserError(f"--slo: {exc}") from None
     gateway_config = None
+    if replicas > 1 and gateway is None:
+        raise UserError("--replicas: needs --gateway CONFIG (the router that spreads them)")
     if gateway is not None:  # before the workload: a bad config fails fast
         from burstguard.gateway.config import GatewayConfig
 
@@ -73,8 +85,9 @@ def sim(
     if gateway_config is not None:
         from burstguard.sim.gateway_loop import gateway_summary, simulate_gateway
 
-        gw_result = simulate_gateway(workload, engine_config, profile, gateway_config)
+        gw_result = simulate_gateway(workload, engine_config, profile, gateway_config, replicas)
         gateway_block = gateway_summary(gw_result, gateway_config, source=str(gateway))
+        gateway_block["routed"] = gw_result.routed
         result: SimResult = gw_result
     else:
         result = simulate(workload, engine_config, profile)
@@ -106,6 +119,10 @@ def sim(
     )
     if "gateway" in summary:
         print(class_table(summary))
+        routed = summary["gateway"]["routed"] or {}
+        if len(routed) > 1:
+            total = sum(routed.values())
+            print("routed: " + ", ".join(f"{u} {n} ({n / total:.1%})" for u, n in routed.items()))
 
 
 def class_table(summary: dict[str, Any]) -> str:

@@ -14,7 +14,11 @@ policy compared here is the policy deployed:
   the engine request and keeps the client's tokens; a resumed `Release` adds a new engine
   request for the prompt plus those tokens, asking for the rest (what the live gateway
   sends: completions prompt + text so far);
-- the engine replica: steps, whose first tokens and finishes flow back as events.
+- the engine replicas (`sim.replicas.ReplicaSet`, `--replicas N`): each `Release` names
+  the replica the core's router picked, as it names a live backend; each replica steps on
+  its own, its first tokens and finishes flow back as events, and each is scraped on its
+  own (`Scrape(state, replica)`). Replicas can be added and drained while the run goes
+  on (`_GatewaySim.replicas`: an autoscaler drives it).
 
 While nothing is queued, in flight or running, the tick and scrape stop, and restart on
 their grid at the next arrival, so days-long traces do not cost 20 ticks per idle second.
@@ -29,32 +33,36 @@ from typing import Any
 
 from burstguard.bench.records import RequestRecord
 from burstguard.engine.config import EngineConfig
-from burstguard.engine.core import EngineCore, EngineRequest, RequestRejected, check_priority
+from burstguard.engine.core import EngineRequest, RequestRejected, StepResult, check_priority
 from burstguard.engine.profile import Profile
 from burstguard.gateway.config import GatewayConfig
 from burstguard.gateway.core import TICK_S, GatewayCore, GatewayStats
 from burstguard.gateway.events import (
+    Abandon,
     Arrive,
     Effect,
     Event,
     Fail,
     Finish,
     FirstToken,
+    Forget,
     Preempt,
     Reject,
     Release,
     Scrape,
     Tick,
 )
-from burstguard.gateway.request import BackendState, GatewayRequest
+from burstguard.gateway.fleet.fleet import Fleet
+from burstguard.gateway.request import GatewayRequest
 from burstguard.sim.heap import EventHeap
 from burstguard.sim.loop import RecordBook, SimResult, served_prompt
+from burstguard.sim.replicas import ReplicaSet, replica_id
 from burstguard.workload.spec import Workload
 
 __all__ = ["GatewaySimResult", "gateway_summary", "simulate_gateway"]
 
 # ties at one instant: a step's end, then arrivals, the scrape, the tick
-STEP, ARRIVAL, SCRAPE, TICK = range(4)
+ARRIVAL, SCRAPE, TICK = range(1, 4)  # a step's end is 0 (`sim.replicas.STEP`)
 
 
 @dataclass
@@ -64,6 +72,7 @@ class GatewaySimResult(SimResult):
 
     gateway: GatewayStats | None = None
     reprefill_tokens: int = 0
+    routed: dict[str, int] | None = None  # replica -> requests sent to it (failovers incl.)
 
 
 def _next_on_grid(t: float, period: float) -> float:
@@ -72,19 +81,32 @@ def _next_on_grid(t: float, period: float) -> float:
 
 
 class _GatewaySim:
-    """One run: the entities (clients, gateway, engine) on one event heap."""
+    """One run: the entities (clients, gateway, engine replicas) on one event heap."""
 
     def __init__(
-        self, workload: Workload, engine: EngineConfig, profile: Profile, gateway: GatewayConfig
+        self,
+        workload: Workload,
+        engine: EngineConfig,
+        profile: Profile,
+        gateway: GatewayConfig,
+        replicas: int = 1,
     ) -> None:
+        if replicas < 1:
+            raise ValueError("replicas must be >= 1")
         self.workload = workload
         self.config = gateway
         self.heap = EventHeap()
-        self.gw = GatewayCore(gateway)
-        self.engine = EngineCore(engine, profile)
+        self.fleet = Fleet(gateway.fleet)
+        self.gw = GatewayCore(gateway, self.fleet)
+        self.replicas = ReplicaSet(self.heap, engine, profile, self.fleet, self.step_end,
+                                   1.0 / gateway.engine_speedup)  # fmt: skip
+        for i in range(replicas):
+            self.replicas.add_replica(replica_id(i), 0.0)
+        self.profile = profile
+        self.where: dict[str, str] = {}  # request id -> the replica running it
+        self.routed: dict[str, int] = {}
         self.book = RecordBook()
         self.max_tokens: dict[str, int] = {}
-        self.steps = 0
         self.reprefill_tokens = 0
         self.tick_s = TICK_S * gateway.engine_speedup
         self.scrape_s = gateway.scrape_interval_s * gateway.engine_speedup
@@ -96,15 +118,17 @@ class _GatewaySim:
     def arrive(self, i: int, now: float) -> None:
         spec = self.workload.spec(i)
         cls = self.config.class_by_name(spec.priority_class).name
-        self.book.open(spec, served_prompt(spec, self.engine.profile), priority_class=cls)
+        self.book.open(spec, served_prompt(spec, self.profile), priority_class=cls)
         self.max_tokens[spec.id] = spec.max_tokens
         if not self._clocked:  # the gateway wakes from idle: its periodic events restart
             self._clocked = True
-            self.gw.handle(Scrape(self._state()), now)
+            for url, state in self.replicas.states():
+                self.gw.handle(Scrape(state, url), now)
             gen = self._generation
             self.heap.at(_next_on_grid(now, self.scrape_s), SCRAPE, lambda t: self.scrape(t, gen))
             self.heap.at(_next_on_grid(now, self.tick_s), TICK, lambda t: self.tick(t, gen))
-        req = GatewayRequest(spec.id, now, spec.prompt_tokens, spec.max_tokens, cls, spec.tenant)
+        req = GatewayRequest(spec.id, now, spec.prompt_tokens, spec.max_tokens, cls, spec.tenant,
+                             prefix_hashes=spec.prefix_hashes)  # fmt: skip
         self.event(Arrive(req), now)
 
     @staticmethod
@@ -117,44 +141,51 @@ class _GatewaySim:
     def event(self, event: Event, now: float) -> None:
         for effect in self.gw.handle(event, now):
             self.carry_out(effect, now)
-        self.kick(now)
 
     def carry_out(self, effect: Effect, now: float) -> None:
+        if isinstance(effect, Forget):
+            self.replicas.forgotten(effect.backend, now)
+            return
         rid = effect.req.id
         rec = self.book.records[rid]
         if isinstance(effect, Reject):
             self._answered(rec, now, 429, "rejected")
             rec.retry_after_s = effect.retry_after_s
         elif isinstance(effect, Preempt):
-            self.engine.abort(rid, now)
+            self.replicas.engine(self.where[rid]).abort(rid, now)
             self.book.resumed_at[rid] = self.book.produced.get(rid, 0)
+        elif isinstance(effect, Abandon):  # no replica fails in the simulation
+            self._answered(rec, now, 502, effect.outcome)
         else:
             self.release(effect, rec, now)
 
     def release(self, effect: Release, rec: RequestRecord, now: float) -> None:
         rid = effect.req.id
+        assert effect.backend is not None  # the simulation always has a fleet
+        self.where[rid] = effect.backend
+        self.routed[effect.backend] = self.routed.get(effect.backend, 0) + 1
+        engine = self.replicas.engine(effect.backend)
         have = self.book.resumed_at.get(rid, 0) if effect.resumed else 0
         prompt = (rec.prompt_tokens or 0) + have
         if effect.resumed:
             self.reprefill_tokens += prompt
         priority = 0 if effect.priority is None else effect.priority
         try:
-            check_priority(self.engine.config, priority)
-            self.engine.add_request(
+            check_priority(engine.config, priority)
+            engine.add_request(
                 EngineRequest(rid, prompt, self.max_tokens[rid] - have, now, priority), now
             )
         except RequestRejected:  # the backend's 400 passes through to the client
             self._answered(rec, now, 400, "http_400")
             self.event(Fail(rid), now)
-
-    def _state(self) -> BackendState:
-        s = self.engine.stats
-        return BackendState(s.num_waiting, s.num_running, s.kv_cache_usage)
+            return
+        self.replicas.kick(effect.backend, now)
 
     def scrape(self, now: float, gen: int) -> None:
         if self._stopped(gen):
             return
-        self.event(Scrape(self._state()), now)
+        for url, state in self.replicas.states():
+            self.event(Scrape(state, url), now)
         self.heap.at(now + self.scrape_s, SCRAPE, lambda t: self.scrape(t, gen))
 
     def tick(self, now: float, gen: int) -> None:
@@ -175,31 +206,16 @@ class _GatewaySim:
 
     def _idle(self) -> bool:
         s = self.gw.stats
-        return (
-            not self.engine.step_in_flight
-            and not self.engine.has_unfinished
-            and s.in_flight_requests == 0
-            and not any(s.queue_depth.values())
-        )
+        return self.replicas.idle and s.in_flight_requests == 0 and not any(s.queue_depth.values())
 
-    # -- the engine replica ------------------------------------------------------------
+    # -- the engine replicas -----------------------------------------------------------
 
-    def kick(self, now: float) -> None:
-        """Starts the engine's next step if none runs and there is work."""
-        if not self.engine.step_in_flight:
-            end = self.engine.begin_step(now)
-            if end is not None:
-                self.heap.at(end, STEP, self.step_end)
-
-    def step_end(self, now: float) -> None:
-        result = self.engine.end_step()
-        self.steps += 1
+    def step_end(self, replica: str, result: StepResult, now: float) -> None:
         events = self.book.apply(result)
         for rid in events.first_token:
             self.event(FirstToken(rid), now)
         for rid in events.finished:
             self.event(Finish(rid, self.book.produced.get(rid, 0)), now)
-        self.kick(now)
 
     # -- the run -----------------------------------------------------------------------
 
@@ -212,20 +228,26 @@ class _GatewaySim:
         records = [self.book.records[self.workload.request_id(k)] for k in range(n)]
         return GatewaySimResult(
             records=records,
-            preemptions=self.engine.stats.num_preemptions_total,
-            steps=self.steps,
+            preemptions=self.replicas.preemptions,
+            steps=self.replicas.steps,
             end_s=end,
             gateway=self.gw.stats,
             reprefill_tokens=self.reprefill_tokens,
+            routed=dict(self.routed),
         )
 
 
 def simulate_gateway(
-    workload: Workload, engine: EngineConfig, profile: Profile, gateway: GatewayConfig
+    workload: Workload,
+    engine: EngineConfig,
+    profile: Profile,
+    gateway: GatewayConfig,
+    replicas: int = 1,
 ) -> GatewaySimResult:
-    """Runs `workload` through the gateway policies of `gateway` into one engine, in
-    virtual time; every request ends completed, rejected (429) or refused by the engine."""
-    return _GatewaySim(workload, engine, profile, gateway).run()
+    """Runs `workload` through the gateway policies of `gateway` into `replicas` engine
+    replicas behind its router, in virtual time; every request ends completed, rejected
+    (429) or refused by the engine."""
+    return _GatewaySim(workload, engine, profile, gateway, replicas).run()
 
 
 def gateway_summary(

@@ -1,0 +1,159 @@
+"""The simulated fleet: engine replicas on the event heap behind one gateway core.
+
+Each replica is an `EngineCore` (the emulator's engine) named by a URL-like id
+(`http://replica-0`), so the gateway core's `Fleet` routes to it exactly as it routes to a
+live backend: the same router, caps and drain rules. Replicas can be added and removed
+while the simulation runs (an autoscaler's decisions):
+
+- `add_replica(replica_id, now)`: the replica starts (empty) and is routable from `now`.
+- `drain_replica(replica_id, now, on_drained)`: the fleet sends it no new request; the
+  requests it holds run to their end; when its last one has finished (at once if it holds
+  none) it is removed and `on_drained(t)` is called with that time.
+- `replicas` (active ids), `draining` (ids still finishing), `engine(replica_id)`.
+
+The gateway simulation (`sim.gateway_loop`) owns the heap and the core; this entity owns
+the engines, starts their steps (`kick`) and hands each step's result to `on_step`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from burstguard.engine.config import EngineConfig
+from burstguard.engine.core import EngineCore, StepResult
+from burstguard.engine.profile import Profile
+from burstguard.gateway.fleet.fleet import Fleet
+from burstguard.gateway.request import BackendState
+from burstguard.sim.heap import EventHeap
+
+STEP = 0  # the heap's tie rank of a step's end (first at one instant)
+
+OnStep = Callable[[str, StepResult, float], None]
+OnDrained = Callable[[float], None]
+
+
+def replica_id(i: int) -> str:
+    """The id of the i-th replica a simulation starts with."""
+    return f"http://replica-{i}"
+
+
+@dataclass(slots=True)
+class _Replica:
+    engine: EngineCore
+    on_drained: OnDrained | None = None
+    draining: bool = False
+
+
+class ReplicaSet:
+    """Engine replicas, added and drained at run time; the fleet routes over them."""
+
+    def __init__(
+        self,
+        heap: EventHeap,
+        engine: EngineConfig,
+        profile: Profile,
+        fleet: Fleet,
+        on_step: OnStep,
+        fleet_scale: float = 1.0,
+    ) -> None:
+        """`fleet_scale`: the fleet's clock per second of simulated (engine) time."""
+        self._heap = heap
+        self._engine_cfg = engine
+        self.profile = profile
+        self._fleet = fleet
+        self._on_step = on_step
+        self._scale = fleet_scale
+        self._replicas: dict[str, _Replica] = {}
+        self.steps = 0
+        self.preemptions_of_removed = 0  # engine preemptions of replicas already gone
+
+    # -- the API an autoscaler drives ---------------------------------------------------
+
+    @property
+    def replicas(self) -> tuple[str, ...]:
+        """Active (routable) replicas."""
+        return tuple(u for u, r in self._replicas.items() if not r.draining)
+
+    @property
+    def draining(self) -> tuple[str, ...]:
+        return tuple(u for u, r in self._replicas.items() if r.draining)
+
+    def add_replica(self, replica_id: str, now: float) -> None:
+        """Starts an empty replica; routable from `now`. Re-adding a draining one keeps it."""
+        r = self._replicas.get(replica_id)
+        if r is not None and not r.draining:
+            raise ValueError(f"replica {replica_id!r} is already active")
+        if r is None:
+            self._replicas[replica_id] = _Replica(EngineCore(self._engine_cfg, self.profile))
+        else:
+            r.draining, r.on_drained = False, None
+        self._publish(now)
+
+    def drain_replica(
+        self, replica_id: str, now: float, on_drained: OnDrained | None = None
+    ) -> None:
+        """No new request from `now`; `on_drained(t)` when its last request has finished."""
+        r = self._replicas.get(replica_id)
+        if r is None or r.draining:
+            raise ValueError(f"replica {replica_id!r} is not active")
+        r.draining, r.on_drained = True, on_drained
+        removed = self._publish(now)
+        if replica_id in removed:
+            self.forgotten(replica_id, now)
+
+    def engine(self, replica_id: str) -> EngineCore:
+        return self._replicas[replica_id].engine
+
+    # -- the simulation's side ----------------------------------------------------------
+
+    def _publish(self, now: float) -> tuple[str, ...]:
+        change = self._fleet.set_backends(self.replicas, now * self._scale)
+        return change.removed
+
+    def forgotten(self, replica_id: str, now: float) -> None:
+        """The fleet forgot a drained replica (the core's `Forget`): remove it."""
+        r = self._replicas.pop(replica_id, None)
+        if r is None:
+            return
+        self.preemptions_of_removed += r.engine.stats.num_preemptions_total
+        if r.on_drained is not None:
+            r.on_drained(now)
+
+    def states(self) -> list[tuple[str, BackendState]]:
+        """Each replica's gauges, as its /metrics would show them."""
+        out = []
+        for url, r in self._replicas.items():
+            s = r.engine.stats
+            out.append((url, BackendState(s.num_waiting, s.num_running, s.kv_cache_usage)))
+        return out
+
+    @property
+    def idle(self) -> bool:
+        return all(
+            not r.engine.step_in_flight and not r.engine.has_unfinished
+            for r in self._replicas.values()
+        )
+
+    @property
+    def preemptions(self) -> int:
+        live = sum(r.engine.stats.num_preemptions_total for r in self._replicas.values())
+        return live + self.preemptions_of_removed
+
+    def kick(self, replica_id: str, now: float) -> None:
+        """Starts the replica's next step if none runs and it has work."""
+        r = self._replicas.get(replica_id)
+        if r is None or r.engine.step_in_flight:
+            return
+        end = r.engine.begin_step(now)
+        if end is not None:
+            self._heap.at(end, STEP, lambda t: self._step_end(replica_id, t))
+
+    def _step_end(self, replica_id: str, now: float) -> None:
+        r = self._replicas.get(replica_id)
+        if r is None:  # removed mid-step (its last request was preempted away)
+            return
+        result = r.engine.end_step()
+        self.steps += 1
+        self._on_step(replica_id, result, now)
+        self.kick(replica_id, now)

@@ -1,0 +1,56 @@
+"""`burstguard sim --gateway --replicas N`: replicas behind the core's router, added and
+drained while the simulation runs (the API an autoscaler drives)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from burstguard.engine.config import EngineConfig
+from burstguard.engine.profile import Profile
+from burstguard.gateway.config import GatewayConfig
+from burstguard.sim.gateway_loop import _GatewaySim, simulate_gateway
+from burstguard.sim.replicas import replica_id
+from burstguard.workload.spec import RequestSpec, Workload
+
+H100 = Profile.load("llama3-8b-h100")
+ENGINE = EngineConfig(max_num_seqs=16)
+
+
+def steady(n: int = 400, rate: float = 20.0, seed: int = 3) -> Workload:
+    rng = np.random.default_rng(seed)
+    t, specs = 0.0, []
+    for k in range(n):
+        t += rng.exponential(1 / rate)
+        specs.append(RequestSpec(f"r{k}", t, int(rng.integers(100, 600)), 64))
+    return Workload.from_specs(specs)
+
+
+def test_requests_spread_over_replicas_and_all_complete() -> None:
+    res = simulate_gateway(steady(), ENGINE, H100, GatewayConfig(), replicas=3)
+    assert all(r.ok for r in res.records)
+    assert res.routed is not None and set(res.routed) == {replica_id(i) for i in range(3)}
+    shares = [n / 400 for n in res.routed.values()]
+    assert all(0.2 < s < 0.47 for s in shares), shares
+
+
+def test_a_replica_added_mid_run_takes_requests_and_a_drained_one_takes_none() -> None:
+    wl = steady()
+    sim = _GatewaySim(wl, ENGINE, H100, GatewayConfig(), replicas=2)
+    drained: list[float] = []
+    sent_after: list[str] = []
+    release = sim.release
+
+    def spy(effect, rec, now):  # type: ignore[no-untyped-def]
+        if now > 5.0:
+            sent_after.append(effect.backend)
+        release(effect, rec, now)
+
+    sim.release = spy  # type: ignore[method-assign]
+    sim.heap.at(5.0, 1, lambda t: sim.replicas.add_replica("http://replica-new", t))
+    sim.heap.at(5.0, 1, lambda t: sim.replicas.drain_replica(replica_id(0), t, drained.append))
+    res = sim.run()
+    assert all(r.ok for r in res.records)
+    assert "http://replica-new" in sent_after and replica_id(0) not in sent_after
+    assert len(drained) == 1 and 5.0 <= drained[0] < 10.0  # its last request finished
+    assert sim.replicas.replicas == (replica_id(1), "http://replica-new")
+    assert sim.replicas.draining == ()
