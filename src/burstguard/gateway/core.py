@@ -234,6 +234,11 @@ class GatewayCore:
                 cap = min(cap, load[0])
             self.fleet.set_cap(url, cap)
 
+    @property
+    def backend_states(self) -> dict[str, BackendState]:
+        """Each backend's last scraped state (the fleet's)."""
+        return dict(self._backend_states)
+
     def backend_cap(self, url: str) -> int:
         """The request cap of `url` as configured (what shared leases count against)."""
         return int(self._backend_adm.max_in_flight)

@@ -19,6 +19,20 @@ core to release it again, then continues its client's stream (`relay.resume_body
 task hop sits between an arrival and its release, so an idle gateway adds no queueing
 delay. The core's clock is engine seconds: wall time x `engine_speedup`.
 
+Fleet: every `Release` names the backend the core's router picked; each backend has its
+own upstream pool, its /metrics scraper and /health prober (`FleetMonitor`, fed by
+discovery: the static list, a DNS name, a watched file). A backend that fails a request
+(connection refused or reset, 5xx, timeout) is reported to the core (`BackendFailed`,
+with whether the client already holds tokens): it answers with a `Release` to another
+backend — the client sees nothing, or, after its first token, the stream continues with
+the preemption's resume (`relay.resume_body`) —, or with `Abandon` (the error goes to
+the client: a status before the answer started, one in-band error event after). With
+`fleet.redis`, each send first takes a shared lease on its backend (`SharedState`), so
+N gateway replicas together respect the backend's cap; a refused lease is a
+`LeaseRefused` (queued again). `/ready` is 200 while >= 1 backend is healthy; the log
+line names the backends a request went to; per-backend metrics come from
+`FleetCollector`.
+
 A client that hangs up cancels its handler (the server sees the connection close): a
 queued request leaves the queue (`Cancel`), an in-flight one has its upstream connection
 closed, which makes vLLM (and the emulator) abort it and free its KV. Every admitted
@@ -37,7 +51,7 @@ import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -52,7 +66,6 @@ from burstguard.gateway.api import (
     parse_request,
 )
 from burstguard.gateway.auth import AuthError, Identity, KeyAuthenticator
-from burstguard.gateway.backend_metrics import BackendMonitor
 from burstguard.gateway.config import GatewayConfig
 from burstguard.gateway.core import TICK_S, GatewayCore
 from burstguard.gateway.errors import (
@@ -65,35 +78,42 @@ from burstguard.gateway.errors import (
     upstream_error,
 )
 from burstguard.gateway.events import (
+    Abandon,
     Arrive,
+    BackendFailed,
     Cancel,
     Effect,
     Event,
     Fail,
     Finish,
     FirstToken,
+    Forget,
+    LeaseRefused,
     Preempt,
     Reject,
     Release,
     Scrape,
     Tick,
 )
+from burstguard.gateway.fleet.fleet import Fleet
+from burstguard.gateway.fleet.metrics import FleetCollector
+from burstguard.gateway.fleet.monitor import FleetMonitor
+from burstguard.gateway.fleet.shared_state import SharedState
 from burstguard.gateway.http import HttpRequest, HttpServer, Responder
 from burstguard.gateway.metrics import CONTENT_TYPE, GatewayMetrics, GaugeSnapshot
 from burstguard.gateway.relay import SseRelay, json_tokens, resume_body, upstream_body
-from burstguard.gateway.request import GatewayRequest
+from burstguard.gateway.request import BackendState, GatewayRequest
 from burstguard.gateway.upstream import (
     UPSTREAM_IDLE_S,
     Call,
     Unreachable,
     UpstreamError,
     UpstreamPool,
+    UpstreamTimeout,
 )
 
 access_log = logging.getLogger("burstguard.gateway.access")
 log = logging.getLogger("burstguard.gateway")
-
-_READY_CACHE_S = 1.0
 
 # Clients' pools (aiohttp keeps idle connections 15 s) close theirs before the gateway
 # does; otherwise a request sent on a connection being closed is lost as "server
@@ -122,30 +142,36 @@ class _Exchange:
     call: Call | None = None  # the upstream request under way
     preempted: bool = False  # the core preempted it: its call is closed, it waits again
     preemptions: int = 0
+    backends: list[str] = field(default_factory=list)  # where it was sent, in order
+    failure: tuple[int, dict[str, Any]] | None = None  # the last backend failure's answer
 
 
 class Gateway:
     """The gateway process: core, backend pool and monitor, metrics and routes."""
 
     def __init__(self, config: GatewayConfig) -> None:
-        if not config.backends:
+        discovery = config.fleet.discovery
+        if not config.backends and discovery.dns is None and discovery.file is None:
             raise UserError("backends: at least one backend is required (or pass --backend URL)")
         self.config = config
         self._clock = time.monotonic  # the HTTP server stamps requests on it too
-        self.core = GatewayCore(config)
+        self.fleet = Fleet(config.fleet, (), self._clock())  # its clock: wall seconds
+        self.core = GatewayCore(config, self.fleet)
         self.auth = KeyAuthenticator(config.api_keys)
-        self.backend = config.backends[0]
-        self.base = self.backend.url.rstrip("/")
         self._speedup = config.engine_speedup  # the core's clock: engine seconds
         self.metrics = GatewayMetrics(self._snapshot, self._clock)
-        self._waiting: dict[str, asyncio.Future[Release | Reject]] = {}
+        self.shared = SharedState(config.fleet.redis) if config.fleet.redis.url else None
+        self.metrics.registry.register(FleetCollector(self.fleet, self._clock, self.shared))
+        self._waiting: dict[str, asyncio.Future[Effect]] = {}
         self._running: dict[str, _Exchange] = {}
         self._session: aiohttp.ClientSession | None = None
-        self._pool: UpstreamPool | None = None
-        self.monitor: BackendMonitor | None = None
+        self._pools: dict[str, UpstreamPool] = {}
+        self.monitor: FleetMonitor | None = None
         self._ticker: asyncio.Task[None] | None = None
-        self._ready: tuple[float, bool] = (-math.inf, False)
-        self._backend_up = True
+        self._syncer: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self._arrivals = 0
+        self._resume = any(b.resume for b in config.backends)
         self._class_names = {c.name for c in config.classes}
         self._by_rank = sorted(config.classes, key=lambda c: c.rank)
         self._tenant_header = config.tenant_header.lower()
@@ -169,7 +195,11 @@ class Gateway:
                             max_body_bytes=self.config.max_body_bytes,
                             keep_alive_s=CLIENT_KEEP_ALIVE_S,
                             flush_interval_s=self.config.stream_flush_ms / 1e3)  # fmt: skip
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
         # Long-lived objects (config, schemas, metric families) leave the collector's view,
         # and young collections run less often: the relay allocates per chunk (gc was ~8%
         # of the gateway's CPU at 256 streams).
@@ -182,32 +212,42 @@ class Gateway:
             await self.stop()
 
     async def start(self) -> None:
-        self._pool = UpstreamPool(
-            self.base, self.backend.connect_timeout_s, self.backend.read_timeout_s
-        )
+        """Discovery, scrapers and probes, Redis; a source that fails at start (an
+        unresolvable name, an unreadable file, a required Redis) is a UserError naming
+        its field."""
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=UPSTREAM_IDLE_S)
         self._session = aiohttp.ClientSession(
             connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",)
         )
-        metrics_url = self.backend.metrics_url or self.base + "/metrics"
-        self.monitor = BackendMonitor(
-            metrics_url, self._session, self.config.scrape_interval_s, on_scrape=self._scraped,
-            clock=self._clock,
+        cfg = self.config
+        metrics_urls = {u: b.metrics_url for b, u in zip(cfg.backends, cfg.backend_urls(),
+                                                         strict=True) if b.metrics_url}  # fmt: skip
+        self.monitor = FleetMonitor(
+            self.fleet, self._session, static=cfg.backend_urls(), discovery=cfg.fleet.discovery,
+            scrape_interval_s=cfg.scrape_interval_s, on_change=lambda _: self.event(Tick()),
+            on_metrics=self._scraped, metrics_urls=metrics_urls, clock=self._clock,
         )  # fmt: skip
-        self.monitor.start()
-        self._ticker = asyncio.get_running_loop().create_task(self._tick())
+        await self.monitor.start()
+        loop = asyncio.get_running_loop()
+        if self.shared is not None:
+            await self.shared.connect()  # unreachable: degraded (a warning), or required
+            self._syncer = loop.create_task(self._sync())
+        self._ticker = loop.create_task(self._tick())
 
     async def stop(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
+        for task in (self._ticker, self._syncer, *self._background):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.monitor is not None:
             await self.monitor.stop()
+        if self.shared is not None:
+            await self.shared.close()
         if self._session is not None:
             await self._session.close()
-        if self._pool is not None:
-            self._pool.close()
+        for pool in self._pools.values():
+            pool.close()
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -215,11 +255,20 @@ class Gateway:
             raise RuntimeError("the gateway is not started")
         return self._session
 
-    @property
-    def pool(self) -> UpstreamPool:
-        if self._pool is None:
-            raise RuntimeError("the gateway is not started")
-        return self._pool
+    def pool(self, backend: str) -> UpstreamPool:
+        """`backend`'s keep-alive pool (made on first use, with its config's timeouts)."""
+        pool = self._pools.get(backend)
+        if pool is None:
+            b = self.config.backend_config(backend)
+            pool = self._pools[backend] = UpstreamPool(
+                backend, b.connect_timeout_s, b.read_timeout_s
+            )
+        return pool
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # -- the driver: events to the core, its effects carried out -------------------
 
@@ -233,6 +282,13 @@ class Gateway:
             self._carry_out(effect)
 
     def _carry_out(self, effect: Effect) -> None:
+        if isinstance(effect, Forget):  # a drained backend left the fleet
+            if self.monitor is not None:
+                self.monitor.forget(effect.backend)
+            pool = self._pools.pop(effect.backend, None)
+            if pool is not None:
+                pool.close()
+            return
         rid = effect.req.id
         if isinstance(effect, Preempt):
             ex = self._running.get(rid)
@@ -247,9 +303,24 @@ class Gateway:
         if fut is not None and not fut.done():
             fut.set_result(effect)
 
-    def _scraped(self) -> None:
-        if self.monitor is not None and (state := self.monitor.state) is not None:
-            self.event(Scrape(state))
+    def _scraped(self, backend: str, state: BackendState, scraped_at: float) -> None:
+        self.event(Scrape(state, backend))
+
+    async def _sync(self) -> None:
+        """Every `sync_interval_s`: renew this gateway's leases, publish its queue depth and
+        arrival rate (what an autoscaler reads), flush tenant usage."""
+        assert self.shared is not None
+        interval = self.config.fleet.redis.sync_interval_s
+        seen = self._arrivals
+        while True:
+            await asyncio.sleep(interval)
+            rate = (self._arrivals - seen) / interval
+            seen = self._arrivals
+            depth = sum(self.core.stats.queue_depth.values())
+            try:
+                await self.shared.sync(depth, rate, self.fleet.backends)
+            except Exception:  # the syncer must never die
+                log.exception("shared state sync failed")
 
     async def _tick(self) -> None:
         loop = asyncio.get_running_loop()
@@ -328,13 +399,14 @@ class Gateway:
         rid = uuid.uuid4().hex
         ex = _Exchange(rid, cls, tenant, req.path, gen.stream, arrival, prompt_tokens)
         self.metrics.arrived(cls)
+        self._arrivals += 1
         # a stream of token ids (or of several prompts) cannot be continued with text
         prompts = gen.prompts() if isinstance(gen, CompletionRequest) else [""]
         resumable = not gen.stream or (len(prompts) == 1 and isinstance(prompts[0], str))
         gr = GatewayRequest(rid, arrival * self._speedup, prompt_tokens, gen.output_limit(),
                             cls, tenant, req.path, resumable)  # fmt: skip
         ex.own_s = self._clock() - arrival  # read to the core; the rest is added at release
-        fut: asyncio.Future[Release | Reject] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Effect] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut
         self.event(Arrive(gr))
         try:
@@ -365,13 +437,14 @@ class Gateway:
 
     async def _serve(
         self, req: HttpRequest, resp: Responder, ex: _Exchange,
-        fut: asyncio.Future[Release | Reject], gen: GenerationRequest,
+        fut: asyncio.Future[Effect], gen: GenerationRequest,
     ) -> None:  # fmt: skip
-        """Waits for the core's answer; serves the request, again after each preemption."""
+        """Waits for the core's answer; serves the request on the backend it names, again
+        after each preemption, failover or refused lease."""
         data: dict[str, Any] = json.loads(req.body)
         chat = ex.route.endswith("chat/completions")
         opts = gen.stream_options
-        keep = ex.stream and self.backend.resume and self.config.class_by_name(ex.cls).preemptible
+        keep = ex.stream and self._resume
         relay = SseRelay(chat, strip_usage=not (opts is not None and opts.include_usage),
                          keep_text=keep)  # fmt: skip
         while True:
@@ -380,51 +453,75 @@ class Gateway:
                 ex.outcome, ex.reason, ex.status = "rejected", effect.reason, 429
                 send_shed(resp, ex.cls, effect.reason, effect.retry_after_s / self._speedup, ex.rid)
                 return
+            if isinstance(effect, Abandon):
+                self._abandoned(resp, ex, effect.outcome)
+                return
+            assert isinstance(effect, Release) and effect.backend is not None
+            backend = effect.backend
             released = self._clock()
             if ex.queue_wait_s is None:
                 ex.queue_wait_s = released - ex.arrival
                 self.metrics.queue_wait.labels(ex.cls).observe(ex.queue_wait_s)
+            # the core's next answer about it (a preemption's or failover's Release, Abandon)
+            fut = self._expect(ex.rid)
+            self._running[ex.rid] = ex
+            ex.preempted = False
+            if self.shared is not None and not await self.shared.acquire(
+                backend, ex.rid, self.core.backend_cap(backend)
+            ):
+                self.event(LeaseRefused(ex.rid))  # others hold its cap: queued again
+                continue
             body = upstream_body(data, ex.stream, effect.priority)
-            if effect.resumed and resp.started:  # continue the stream its client has
+            if effect.resumed and ex.ttft_s is not None:  # continue the stream its client has
                 relay.resume()
                 if relay.text:
                     body = resume_body(body, chat, "".join(relay.text), relay.base_tokens)
                 self.metrics.reprefill_tokens.inc(ex.prompt_tokens + relay.base_tokens)
             elif effect.resumed:  # nothing sent yet (or not a stream): start over
                 self.metrics.reprefill_tokens.inc(ex.prompt_tokens)
-            self._running[ex.rid] = ex
-            ex.preempted = False
-            await self._call(req, resp, ex, json_bytes(body), relay, released)
-            if ex.outcome is not None or not ex.preempted:
+            ex.backends.append(backend)
+            try:
+                await self._call(req, resp, ex, json_bytes(body), relay, released, backend)
+            finally:
+                if self.shared is not None:
+                    self._spawn(self.shared.release(backend, ex.rid))
+            if ex.outcome is not None:
+                self._waiting.pop(ex.rid, None)
                 return
-            fut = asyncio.get_running_loop().create_future()
-            self._waiting[ex.rid] = fut  # released again by the core, resumed
+
+    def _expect(self, rid: str) -> asyncio.Future[Effect]:
+        fut: asyncio.Future[Effect] = asyncio.get_running_loop().create_future()
+        self._waiting[rid] = fut
+        return fut
 
     async def _call(
         self, req: HttpRequest, resp: Responder, ex: _Exchange, body: bytes,
-        relay: SseRelay, released: float,
+        relay: SseRelay, released: float, backend: str,
     ) -> None:  # fmt: skip
-        """One upstream request; returns with ex.outcome set, or with ex.preempted."""
+        """One upstream request; returns with ex.outcome set, or with ex.preempted, or
+        after reporting its backend's failure (the core's answer comes to the future)."""
         headers = {"content-type": "application/json", "accept-encoding": "identity",
                    "x-request-id": ex.rid}  # fmt: skip
         if not self.auth.enabled and (auth := req.headers.get("authorization")):
             headers["authorization"] = auth
         call: Call | None = None
         try:
-            call = await self.pool.start("POST", ex.route, body, headers)
+            call = await self.pool(backend).start("POST", ex.route, body, headers)
             ex.call = call
             if ex.preempted:  # preempted while connecting
                 return
-            if not ex.preemptions:
+            if not ex.preemptions and len(ex.backends) == 1:
                 ex.own_s += call.sent_at - released
             if ex.stream:
                 self._arm_relay(resp, ex, call, relay)
             status = await call.response()
-            self._backend_up = True
             if status != 200:
                 raw = await call.read()
                 code, payload = upstream_error(status, raw)
                 self.metrics.errors.labels(f"http_{status}").inc()
+                if status >= 500:  # the backend's fault: another may serve it
+                    self._backend_failed(ex, "status_5xx", code, payload)
+                    return
                 ex.outcome, ex.reason = "failed", f"backend_{status}"
                 self.event(Fail(ex.rid))
                 if resp.started:  # a resumed stream the backend refused: end it in-band
@@ -441,22 +538,41 @@ class Gateway:
                 return  # its call was aborted by the preemption: it waits to resume
             raise
         except UpstreamError as exc:
-            self._backend_up = not isinstance(exc, Unreachable)
             if ex.preempted:
                 return
-            if not resp.started:
-                self._fail(resp, ex, *transport_error(exc))
-            else:  # the stream had started: tell the client in-band and end it
-                self.metrics.errors.labels(type(exc).__name__).inc()
-                ex.outcome, ex.reason = "failed", "stream_broken"
-                self.event(Fail(ex.rid))
-                _, message, err_code = transport_error(exc)
-                err = {"error": {"message": message, "type": "upstream_error", "code": err_code}}
-                resp.end(b"data: " + json_bytes(err) + b"\n\n")
+            http_status, message, err_code = transport_error(exc)
+            self.metrics.errors.labels(err_code).inc()
+            err = {"message": message, "type": "upstream_error", "param": None, "code": err_code}
+            reason = ("connect" if isinstance(exc, Unreachable)
+                      else "timeout" if isinstance(exc, UpstreamTimeout) else "reset")  # fmt: skip
+            self._backend_failed(ex, reason, http_status, {"error": err})
         finally:
             ex.call = None
             if call is not None:
                 call.abort()  # a no-op once the answer ended; else the engine frees the KV
+
+    def _backend_failed(
+        self, ex: _Exchange, reason: str, status: int, payload: dict[str, Any]
+    ) -> None:
+        """Tells the core; its answer (failover, queued again, Abandon) comes to the
+        request's future. `started`: the client holds tokens (only a resume can go on)."""
+        ex.failure = (status, payload)
+        self.event(BackendFailed(ex.rid, reason, started=ex.ttft_s is not None))
+
+    def _abandoned(self, resp: Responder, ex: _Exchange, outcome: str) -> None:
+        """Its backend failed it and the core gave up (`outcome`): the last failure goes to
+        the client — as the status, or as one in-band error event once the stream began."""
+        status, payload = ex.failure or (502, {"error": {
+            "message": "backend failed", "type": "upstream_error", "param": None,
+            "code": "backend_error"}})  # fmt: skip
+        ex.outcome, ex.reason = "failed", str(payload["error"].get("code"))
+        if outcome != "not_retryable":
+            ex.reason += f"+{outcome}"
+        if resp.started:
+            resp.end(b"data: " + json_bytes(payload) + b"\n\n")
+        else:
+            ex.status = status
+            send_json(resp, status, payload)
 
     def _arm_relay(self, resp: Responder, ex: _Exchange, call: Call, relay: SseRelay) -> None:
         """Sets the SSE pass-through to start when the backend answers 200: the stream's
@@ -502,10 +618,12 @@ class Gateway:
             ex.outcome = "completed"
             self.metrics.output_tokens.labels(ex.cls).inc(ex.output_tokens)
             self.event(Finish(ex.rid, ex.output_tokens))
-        else:  # the backend ended it early (llama-cpp-python does when another request comes)
-            ex.outcome, ex.reason = "failed", "backend_cut_stream"
+        else:  # the backend ended it early (it died, or llama-cpp-python's cut)
             self.metrics.errors.labels("backend_cut_stream").inc()
-            self.event(Fail(ex.rid))
+            err = {"message": "the backend ended the stream early", "type": "upstream_error",
+                   "param": None, "code": "backend_cut_stream"}  # fmt: skip
+            self._backend_failed(ex, "reset", 502, {"error": err})
+            return
         resp.end()
 
     async def _pass_json(self, resp: Responder, ex: _Exchange, call: Call) -> None:
@@ -518,12 +636,6 @@ class Gateway:
             ("content-type", call.content_type or "application/json"),
             ("x-request-id", ex.rid), ("x-burstguard-class", ex.cls),
         ])  # fmt: skip
-
-    def _fail(self, resp: Responder, ex: _Exchange, status: int, message: str, code: str) -> None:
-        self.metrics.errors.labels(code).inc()
-        ex.outcome, ex.reason, ex.status = "failed", code, status
-        self.event(Fail(ex.rid))
-        send_error(resp, status, message, "upstream_error", code)
 
     def _refuse(self, resp: Responder, status: int, message: str, code: str) -> None:
         self.metrics.invalid.labels(str(status)).inc()
@@ -542,19 +654,30 @@ class Gateway:
                 "status": ex.status or None, "queue_wait_s": _round(ex.queue_wait_s),
                 "ttft_s": _round(ex.ttft_s), "prompt_tokens": ex.prompt_tokens,
                 "output_tokens": ex.output_tokens, "preemptions": ex.preemptions,
+                "backends": ex.backends,
                 "duration_s": _round(self._clock() - ex.arrival),
             }, separators=(",", ":")))  # fmt: skip
 
     # -- other routes ---------------------------------------------------------------
+
+    def _a_backend(self) -> str | None:
+        """A healthy backend to ask about models (else any known one)."""
+        stats = self.fleet.stats(self._clock())
+        ok = [b.url for b in stats if b.active and b.healthy]
+        return ok[0] if ok else (stats[0].url if stats else None)
 
     async def models(self, req: HttpRequest, resp: Responder) -> None:
         try:
             self.auth.authenticate(req.headers.get("authorization"), req.headers.get("x-api-key"))
         except AuthError as exc:
             return self._refuse(resp, 401, str(exc), "invalid_api_key")
+        base = self._a_backend()
+        if base is None:
+            send_error(resp, 503, "no backend known yet", "upstream_error", "backend_unreachable")
+            return
         try:
             timeout = aiohttp.ClientTimeout(total=10.0)
-            async with self.session.get(self.base + "/v1/models", timeout=timeout) as up:
+            async with self.session.get(base + "/v1/models", timeout=timeout) as up:
                 raw = await up.read()
                 ctype = up.headers.get("content-type", "application/json")
                 status = up.status
@@ -572,28 +695,15 @@ class Gateway:
         resp.send(200, b'{"status":"ok"}', [JSON_HEADER])
 
     async def ready(self, req: HttpRequest, resp: Responder) -> None:
-        """200 when the backend answers (its /metrics scraped, or /v1/models), else 503."""
-        ok = self.monitor is not None and self.monitor.has_metrics
-        if not ok:
-            at, ok = self._ready
-            now = self._clock()
-            if now - at > _READY_CACHE_S:
-                ok = await self._probe()
-                self._ready = (now, ok)
-        if ok:
-            send_json(resp, 200, {"status": "ready", "backend": self.base})
+        """200 while at least one backend is healthy (its circuit closed), else 503."""
+        now = self._clock()
+        healthy = [b.url for b in self.fleet.stats(now) if b.active and b.healthy]
+        if healthy:
+            send_json(resp, 200, {"status": "ready", "backends": healthy})
         else:
-            message = f"backend {self.base} is not reachable"
+            known = ", ".join(self.fleet.backends) or "none"
+            message = f"no healthy backend (known: {known})"
             send_error(resp, 503, message, "upstream_error", "backend_unreachable")
-
-    async def _probe(self) -> bool:
-        try:
-            timeout = aiohttp.ClientTimeout(total=2.0)
-            async with self.session.get(self.base + "/v1/models", timeout=timeout) as up:
-                await up.read()
-                return up.status < 500
-        except (aiohttp.ClientError, TimeoutError):
-            return False
 
     async def metrics_endpoint(self, req: HttpRequest, resp: Responder) -> None:
         resp.send(200, self.metrics.render(), [("content-type", CONTENT_TYPE)])
@@ -603,10 +713,9 @@ class Gateway:
 
     def _snapshot(self) -> GaugeSnapshot:
         s = self.core.stats
-        b = self.monitor.state if self.monitor is not None else None
-        up = self._backend_up if self.monitor is None else (
-            self._backend_up and (self.monitor.reachable or self.monitor.scrapes == 0)
-        )  # fmt: skip
+        states = list(self.core.backend_states.values())
+        b = _total(states) if states else None
+        up = self.fleet.ready(self._clock())
         return GaugeSnapshot(
             queue_depth=s.queue_depth,
             queue_tokens=sum(s.queue_tokens.values()),
@@ -623,6 +732,21 @@ class Gateway:
 
 
 Route = Callable[[HttpRequest, Responder], Awaitable[None]]
+
+
+def _total(states: list[BackendState]) -> BackendState:
+    """The fleet's engines as one: waiting and running summed, KV usage averaged."""
+
+    def add(xs: list[int | None]) -> int | None:
+        known = [x for x in xs if x is not None]
+        return sum(known) if known else None
+
+    kv = [st.kv_usage for st in states if st.kv_usage is not None]
+    return BackendState(
+        add([st.waiting for st in states]),
+        add([st.running for st in states]),
+        sum(kv) / len(kv) if kv else None,
+    )
 
 
 def _round(x: float | None) -> float | None:

@@ -4,7 +4,9 @@ Discovery's lists go to `Fleet.set_backends`; each backend gets its own /metrics
 (`BackendMonitor`, the single-backend gateway's, so vLLM's and SGLang's names are read the
 same way) whose results go to `Fleet.on_metrics` with the time they arrived; a
 `HealthProber` probes /health. A backend the fleet forgets (drained) has its scraper
-stopped. Nothing here decides anything: the fleet does.
+stopped. Nothing here decides anything: the fleet does. The gateway passes `on_metrics`
+so that each scrape reaches the fleet through its core (`Scrape(state, url)`: the
+backend's adaptive caps follow it too).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import aiohttp
 
@@ -21,6 +23,9 @@ from burstguard.gateway.fleet.config import DiscoveryConfig
 from burstguard.gateway.fleet.fleet import Fleet, FleetChange
 from burstguard.gateway.fleet.probe import HealthProber
 from burstguard.gateway.fleet.sources import Discovery
+from burstguard.gateway.request import BackendState
+
+OnMetrics = Callable[[str, BackendState, float], None]
 
 
 class FleetMonitor:
@@ -34,13 +39,21 @@ class FleetMonitor:
         scrape_interval_s: float = 0.25,
         metrics_path: str = "/metrics",
         on_change: Callable[[FleetChange], None] | None = None,
+        on_metrics: OnMetrics | None = None,
+        metrics_urls: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`on_metrics(url, state, scraped_at)`: where scrapes go (default:
+        `fleet.on_metrics`); `metrics_urls`: a backend's /metrics elsewhere than
+        url + `metrics_path`."""
         self._fleet = fleet
         self._session = session
         self._interval = scrape_interval_s
         self._metrics_path = metrics_path
         self._on_change = on_change
+        self._on_metrics: OnMetrics = on_metrics or fleet.on_metrics
+        self._metrics_urls = dict(metrics_urls or {})
+        self._fresh: dict[str, float] = {}  # url -> when the state last forwarded was scraped
         self._clock = clock
         self._discovery = Discovery(static, discovery or DiscoveryConfig(), self._discovered)
         self._prober = HealthProber(fleet, session, clock=clock)
@@ -70,7 +83,7 @@ class FleetMonitor:
 
     def _watch(self, url: str) -> None:
         monitor = BackendMonitor(
-            url + self._metrics_path,
+            self._metrics_urls.get(url, url + self._metrics_path),
             self._session,
             self._interval,
             on_scrape=lambda: self._scraped(url),
@@ -83,13 +96,19 @@ class FleetMonitor:
         """After each scrape: the latest state with the time it was scraped (a failed
         scrape leaves both as they were, so the state ages)."""
         monitor = self._monitors.get(url)
-        if monitor is not None:
+        if monitor is None or monitor.state is None:
+            return
+        if self._on_metrics == self._fleet.on_metrics:
             self._fleet.on_metrics(url, monitor.state, monitor.scraped_at)
+        elif monitor.scraped_at != self._fresh.get(url):  # a new scrape, not a failed one
+            self._fresh[url] = monitor.scraped_at
+            self._on_metrics(url, monitor.state, monitor.scraped_at)
 
     def forget(self, url: str) -> None:
         """Stops `url`'s scraper: call it with what `Fleet.on_done` / `on_failure` report
         as removed (the fleet has forgotten the backend)."""
         monitor = self._monitors.pop(url, None)
+        self._fresh.pop(url, None)
         if monitor is not None:
             task = asyncio.get_running_loop().create_task(monitor.stop())
             self._stopping.add(task)
