@@ -150,3 +150,22 @@ async def serve_app(app: Any) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
+
+
+def start_fleet_gateway(
+    tmp_path: Path, backends: list[str], config: dict[str, Any], *, port: int | None = None
+) -> ManagedProcess:
+    """`burstguard gateway` over several backends (`--backend` repeated) with `config` as
+    its YAML; the caller starts and stops it."""
+    import yaml
+
+    port = port or free_port()
+    path = tmp_path / f"gateway-{port}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    flags = [x for url in backends for x in ("--backend", url)]
+    argv = [*BURSTGUARD, "gateway", "--config", str(path), "--port", str(port), *flags]
+    proc = ManagedProcess(
+        argv, f"http://127.0.0.1:{port}/health", log_path=tmp_path / f"gateway-{port}.log"
+    )
+    proc.base_url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
+    return proc

@@ -1,9 +1,12 @@
-"""A replica dies under a steady stream load, routed by `Fleet` through a minimal driver
-(what the gateway's shell will do): three emulators, one SIGKILLed mid-run and restarted.
+"""A replica dies under a steady stream load behind `burstguard gateway` with three
+backends: three emulators, one SIGKILLed mid-run and restarted on its port.
 
-- no request that had not received its first token fails: it is failed over;
-- a stream cut on the dead replica ends with an error (not retried after its first token);
-- no request is sent to the dead replica more than 1 s after it died (until it restarts);
+- no request that had not received its first token fails: the gateway fails it over and
+  the client sees a normal answer;
+- a stream cut on the dead replica is resumed on another (`resume: true`), or ends with
+  exactly one in-band error event;
+- the gateway sends the dead replica no request more than 1 s after it died (read from
+  its own `burstguard_backend_routed_total{backend=...}`, polled every 50 ms);
 - it is back in rotation within 2 s of answering /health again.
 """
 
@@ -14,59 +17,53 @@ import json
 import os
 import signal
 import time
-import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
-from tests.conftest import start_emulator
+from tests.conftest import start_emulator, start_fleet_gateway
 
-from burstguard.gateway.fleet.config import FleetConfig
-from burstguard.gateway.fleet.fleet import Fleet
-from burstguard.gateway.fleet.probe import HealthProber
-from burstguard.gateway.fleet.router import RouteRequest
 from burstguard.procs import http_ok
+from burstguard.scrape import parse_metrics
+
+CONFIG = {
+    "classes": [{"name": "standard", "rank": 0, "queue_deadline_s": 60.0}],
+    "engine_speedup": 4.0,
+}
 
 
 @dataclass
-class Outcome:
-    sends: list[tuple[str, float]] = field(default_factory=list)  # (backend, time)
-    first_token: bool = False
-    ok: bool = False
+class Answer:
+    status: int = 0
+    tokens: int = 0
+    errors: int = 0  # in-band error events
+    done: bool = False
 
 
-async def _request(
-    fleet: Fleet, session: aiohttp.ClientSession, rid: str, body: dict[str, object]
-) -> Outcome:
-    out = Outcome()
-    url = fleet.route(rid, RouteRequest(100), time.monotonic())
-    while url is None:
-        await asyncio.sleep(0.01)
-        url = fleet.route(rid, RouteRequest(100), time.monotonic())
-    while True:
-        out.sends.append((url, time.monotonic()))
-        try:
-            async with session.post(url + "/v1/completions", json=body) as resp:
-                if resp.status >= 500:
-                    raise aiohttp.ServerDisconnectedError(f"HTTP {resp.status}")
-                async for line in resp.content:
-                    if line.startswith(b"data: ") and not out.first_token:
-                        out.first_token = True
-                        fleet.on_success(rid, time.monotonic())
-                    if line.strip() == b"data: [DONE]":
-                        out.ok = True
-            if not out.ok:
-                raise aiohttp.ClientPayloadError("stream ended without [DONE]")
-            fleet.on_done(rid, time.monotonic())
+async def stream(session: aiohttp.ClientSession, url: str, body: dict[str, object]) -> Answer:
+    out = Answer()
+    async with session.post(url + "/v1/completions", json=body) as resp:
+        out.status = resp.status
+        if resp.status != 200:
+            await resp.read()
             return out
-        except aiohttp.ClientConnectorError:
-            reason = "connect"
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-            reason = "reset"
-        answer = fleet.on_failure(rid, reason, time.monotonic(), retryable=not out.first_token)
-        if answer.backend is None:
-            return out
-        url = answer.backend
+        async for line in resp.content:
+            if not line.startswith(b"data: "):
+                continue
+            data = line[6:].strip()
+            if data == b"[DONE]":
+                out.done = True
+            elif b'"error"' in data:
+                out.errors += 1
+            else:
+                out.tokens += sum(1 for c in json.loads(data)["choices"] if c.get("text"))
+    return out
+
+
+async def routed(session: aiohttp.ClientSession, gateway: str, backend: str) -> float:
+    async with session.get(gateway + "/metrics") as resp:
+        text = await resp.text()
+    return parse_metrics(text).get(f'burstguard_backend_routed_total{{backend="{backend}"}}', 0.0)
 
 
 async def test_a_replica_killed_mid_run(tmp_path: Path) -> None:
@@ -75,25 +72,31 @@ async def test_a_replica_killed_mid_run(tmp_path: Path) -> None:
         p.start()
     urls = [p.base_url for p in procs]  # type: ignore[attr-defined]
     victim = urls[0]
-    model = json.loads(urllib.request.urlopen(victim + "/v1/models").read())["data"][0]["id"]
-    body = {"model": model, "prompt": "hi " * 40, "max_tokens": 48, "ignore_eos": True,
-            "stream": True}  # fmt: skip
-    fleet = Fleet(FleetConfig(), urls, now=time.monotonic())
-    tasks: list[asyncio.Task[Outcome]] = []
+    gw = start_fleet_gateway(
+        tmp_path, urls, {**CONFIG, "backends": [{"url": urls[0], "resume": True}]}
+    )
+    gw.start()
+    base = gw.base_url  # type: ignore[attr-defined]
+    body = {"model": "llama3-8b-h100", "prompt": "hi " * 40, "max_tokens": 48,
+            "ignore_eos": True, "stream": True}  # fmt: skip
+    tasks: list[asyncio.Task[Answer]] = []
+    sends: list[tuple[float, float]] = []  # (time, routed count of the victim)
     died_at = restart_at = back_at = 0.0
-    async with aiohttp.ClientSession() as session:
-        prober = HealthProber(fleet, session)
-        prober.start()
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
         stop = asyncio.Event()
 
         async def load() -> None:  # an open loop: 25 requests/s until stopped
-            i = 0
             while not stop.is_set():
-                tasks.append(asyncio.create_task(_request(fleet, session, f"r{i}", body)))
-                i += 1
+                tasks.append(asyncio.create_task(stream(session, base, body)))
                 await asyncio.sleep(0.04)
 
-        loader = asyncio.create_task(load())
+        async def watch() -> None:
+            while not stop.is_set():
+                sends.append((time.monotonic(), await routed(session, base, victim)))
+                await asyncio.sleep(0.05)
+
+        loader, watcher = asyncio.create_task(load()), asyncio.create_task(watch())
         try:
             await asyncio.sleep(2.0)
             os.killpg(procs[0].proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
@@ -109,23 +112,34 @@ async def test_a_replica_killed_mid_run(tmp_path: Path) -> None:
         finally:
             stop.set()
             await loader
-            outcomes = await asyncio.gather(*tasks)
-            await prober.stop()
+            await watcher
+            answers = await asyncio.gather(*tasks)
+            log = (tmp_path / f"gateway-{base.rsplit(':', 1)[1]}.log").read_text()
+            gw.stop()
             for p in procs:
                 p.stop()
-    assert len(outcomes) > 150
-    failed = [o for o in outcomes if not o.ok]
-    assert all(o.first_token for o in failed), "a request failed before its first token"
-    assert all(o.sends[-1][0] == victim for o in failed)  # only streams cut by the kill
-    to_victim = [t for o in outcomes for u, t in o.sends if u == victim]
-    late = [t - died_at for t in to_victim if died_at < t < restart_at]
-    assert all(dt <= 1.0 for dt in late), f"sent to the dead replica {max(late):.2f} s after"
-    failed_over = [o for o in outcomes if len(o.sends) > 1 and o.ok]
+    assert len(answers) > 150
+    assert all(a.status == 200 for a in answers), "a request failed before its first token"
+    cut = [a for a in answers if not a.done]
+    assert all(a.tokens > 0 and a.errors == 1 for a in cut), "a stream ended without one error"
+    assert all(a.errors == 0 for a in answers if a.done)
+    lines = [json.loads(x) for x in log.splitlines() if x.startswith('{"id"')]
+    failed_over = [x for x in lines if len(x["backends"]) > 1 and x["outcome"] == "completed"]
     assert failed_over, "no request was failed over"
-    returned = [t for t in to_victim if t > back_at]
-    assert returned and min(returned) - back_at <= 2.0
+    # the last increase of the victim's routed count before it restarted
+    counts = [(t, n) for t, n in sends if t < restart_at]
+    last_send = max(
+        (t for (t, n), (_, prev) in zip(counts[1:], counts, strict=False) if n > prev), default=0.0
+    )
+    assert last_send - died_at <= 1.0 + 0.05, (
+        f"sent to the dead replica {last_send - died_at:.2f} s after"
+    )
+    before = next(n for t, n in sends if t >= back_at)
+    back = next(t for t, n in sends if t >= back_at and n > before)
+    assert back - back_at <= 2.0
+    resumed = sum(1 for x in failed_over if (x["output_tokens"] or 0) > 0 and x["ttft_s"])
     print(
-        f"\n{len(outcomes)} requests, {len(failed)} cut mid-stream, {len(failed_over)} failed "
-        f"over; last send to the dead replica {max(late, default=0):.2f} s after the kill; "
-        f"back {min(returned) - back_at:.2f} s after /health answered"
+        f"\n{len(answers)} requests, {len(failed_over)} failed over ({resumed} completed), "
+        f"{len(cut)} ended with an error event; last send to the dead replica "
+        f"{last_send - died_at:.2f} s after the kill; back {back - back_at:.2f} s after /health"
     )
