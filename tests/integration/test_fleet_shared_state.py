@@ -4,18 +4,15 @@ the lease bound across 3 gateways, TTL expiry, degraded mode and rejoin, aggrega
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import shutil
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
-from tests.conftest import start_emulator
 
 from burstguard.errors import UserError
 from burstguard.gateway.backend_metrics import backend_state

@@ -1,0 +1,76 @@
+"""Bad fleet configs at `burstguard gateway` start: a clear error naming the field and
+exit 2, or — where that is the documented behaviour — a warning and degraded mode; never
+a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import yaml
+from tests.conftest import BURSTGUARD, start_fleet_gateway
+
+from burstguard.procs import free_port
+
+
+def run_gateway(
+    tmp_path: Path, config: dict[str, object], *flags: str
+) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "gw.yaml"
+    path.write_text(yaml.safe_dump(config))
+    argv = [*BURSTGUARD, "gateway", "--config", str(path), "--port", str(free_port()), *flags]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+def assert_refused(res: subprocess.CompletedProcess[str], *needles: str) -> None:
+    out = res.stdout + res.stderr
+    assert res.returncode == 2, out
+    assert "Traceback" not in out, out
+    for n in needles:
+        assert n in out, out
+
+
+def test_duplicate_backends(tmp_path: Path) -> None:
+    res = run_gateway(
+        tmp_path, {}, "--backend", "http://127.0.0.1:9", "--backend", "http://127.0.0.1:9/"
+    )
+    assert_refused(res, "backends.1", "same backend as backends.0")
+    res = run_gateway(tmp_path, {"backends": [{"url": "http://h:1"}, {"url": "HTTP://H:1"}]})
+    assert_refused(res, "backends.1", "same backend as backends.0")
+
+
+def test_unresolvable_dns_name(tmp_path: Path) -> None:
+    cfg = {"fleet": {"discovery": {"dns": {"name": "no-such-host.invalid", "port": 8000}}}}
+    assert_refused(run_gateway(tmp_path, cfg), "fleet.discovery.dns.name", "no-such-host.invalid")
+
+
+def test_unreadable_backend_file(tmp_path: Path) -> None:
+    cfg = {"fleet": {"discovery": {"file": {"path": str(tmp_path / "missing.txt")}}}}
+    assert_refused(run_gateway(tmp_path, cfg), "fleet.discovery.file.path")
+
+
+def test_required_redis_unreachable_names_the_field(tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there
+    cfg = {"fleet": {"redis": {"url": f"redis://127.0.0.1:{port}", "required": True}}}
+    res = run_gateway(tmp_path, cfg, "--backend", "http://127.0.0.1:9")
+    assert_refused(res, "fleet.redis.url", "cannot reach Redis")
+    cfg = {"fleet": {"redis": {"url": f"mysql://127.0.0.1:{port}"}}}
+    assert_refused(run_gateway(tmp_path, cfg, "--backend", "http://127.0.0.1:9"), "fleet.redis.url")
+
+
+def test_optional_redis_unreachable_serves_degraded(tmp_path: Path, emulator: str) -> None:
+    port = free_port()
+    cfg = {"fleet": {"redis": {"url": f"redis://127.0.0.1:{port}"}}}
+    gw = start_fleet_gateway(tmp_path, [emulator], cfg)
+    with gw:
+        base = gw.base_url  # type: ignore[attr-defined]
+        body = b'{"model": "llama3-8b-h100", "prompt": "hi", "max_tokens": 4}'
+        req = urllib.request.Request(
+            base + "/v1/completions", body, {"content-type": "application/json"}
+        )
+        assert urllib.request.urlopen(req, timeout=30).status == 200
+        metrics = urllib.request.urlopen(base + "/metrics").read().decode()
+        assert "burstguard_shared_state_degraded 1.0" in metrics
+    log = (tmp_path / f"gateway-{base.rsplit(':', 1)[1]}.log").read_text()
+    assert "Redis unreachable" in log and "Traceback" not in log
