@@ -27,6 +27,7 @@ their grid at the next arrival, so days-long traces do not cost 20 ticks per idl
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -90,9 +91,12 @@ class _GatewaySim:
         profile: Profile,
         gateway: GatewayConfig,
         replicas: int = 1,
+        replica_profiles: Sequence[Profile] | None = None,
     ) -> None:
         if replicas < 1:
             raise ValueError("replicas must be >= 1")
+        if replica_profiles is not None and len(replica_profiles) != replicas:
+            raise ValueError("replica_profiles: one profile per replica")
         self.workload = workload
         self.config = gateway
         self.heap = EventHeap()
@@ -101,7 +105,8 @@ class _GatewaySim:
         self.replicas = ReplicaSet(self.heap, engine, profile, self.fleet, self.step_end,
                                    1.0 / gateway.engine_speedup)  # fmt: skip
         for i in range(replicas):
-            self.replicas.add_replica(replica_id(i), 0.0)
+            own = None if replica_profiles is None else replica_profiles[i]
+            self.replicas.add_replica(replica_id(i), 0.0, own)
         self.profile = profile
         self.where: dict[str, str] = {}  # request id -> the replica running it
         self.routed: dict[str, int] = {}
@@ -243,11 +248,12 @@ def simulate_gateway(
     profile: Profile,
     gateway: GatewayConfig,
     replicas: int = 1,
+    replica_profiles: Sequence[Profile] | None = None,
 ) -> GatewaySimResult:
     """Runs `workload` through the gateway policies of `gateway` into `replicas` engine
-    replicas behind its router, in virtual time; every request ends completed, rejected
-    (429) or refused by the engine."""
-    return _GatewaySim(workload, engine, profile, gateway, replicas).run()
+    replicas behind its router (each of `profile`, or of its own `replica_profiles`), in
+    virtual time; every request ends completed, rejected (429) or refused by the engine."""
+    return _GatewaySim(workload, engine, profile, gateway, replicas, replica_profiles).run()
 
 
 def gateway_summary(

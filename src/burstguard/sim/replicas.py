@@ -5,7 +5,8 @@ Each replica is an `EngineCore` (the emulator's engine) named by a URL-like id
 live backend: the same router, caps and drain rules. Replicas can be added and removed
 while the simulation runs (an autoscaler's decisions):
 
-- `add_replica(replica_id, now)`: the replica starts (empty) and is routable from `now`.
+- `add_replica(replica_id, now, profile=None)`: the replica starts (empty) and is routable
+  from `now` (`profile`: its hardware, default the run's).
 - `drain_replica(replica_id, now, on_drained)`: the fleet sends it no new request; the
   requests it holds run to their end; when its last one has finished (at once if it holds
   none) it is removed and `on_drained(t)` is called with that time.
@@ -79,13 +80,15 @@ class ReplicaSet:
     def draining(self) -> tuple[str, ...]:
         return tuple(u for u, r in self._replicas.items() if r.draining)
 
-    def add_replica(self, replica_id: str, now: float) -> None:
-        """Starts an empty replica; routable from `now`. Re-adding a draining one keeps it."""
+    def add_replica(self, replica_id: str, now: float, profile: Profile | None = None) -> None:
+        """Starts an empty replica (of `profile`, default the run's); routable from `now`.
+        Re-adding a draining one keeps it."""
         r = self._replicas.get(replica_id)
         if r is not None and not r.draining:
             raise ValueError(f"replica {replica_id!r} is already active")
         if r is None:
-            self._replicas[replica_id] = _Replica(EngineCore(self._engine_cfg, self.profile))
+            engine = EngineCore(self._engine_cfg, profile or self.profile)
+            self._replicas[replica_id] = _Replica(engine)
         else:
             r.draining, r.on_drained = False, None
         self._publish(now)
