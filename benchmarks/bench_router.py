@@ -108,8 +108,8 @@ def main() -> None:
     args = ap.parse_args()
     s, seqs = args.speedup, args.max_num_seqs
     engine_s = args.duration_s * s  # a leg's length in engine seconds
-    lengths = {"prompt_tokens": PROMPT, "output_tokens": OUTPUT}
-    sample = synthesize(PatternSpec(duration_s=engine_s, rate=200, seed=9, **lengths))
+    sample = synthesize(PatternSpec(duration_s=engine_s, rate=200, seed=9,
+                                    prompt_tokens=PROMPT, output_tokens=OUTPUT))  # fmt: skip
     work = Path(tempfile.mkdtemp(prefix="bench-router-"))
     procs = [emulator(work, p, seqs, s) for p in PROFILES]
     rows: list[tuple[str, dict[str, Any]]] = []
@@ -123,7 +123,8 @@ def main() -> None:
         total = sum(alone)
         mean_out = float(sample.output_tokens.mean())
         rate = args.load * total / mean_out
-        spec = PatternSpec(pattern="burst", duration_s=engine_s, rate=rate, seed=1, **lengths)
+        spec = PatternSpec(pattern="burst", duration_s=engine_s, rate=rate, seed=1,
+                           prompt_tokens=PROMPT, output_tokens=OUTPUT)  # fmt: skip
         wl = synthesize(spec)
         print(f"sum of the four alone {total:.0f} tok/s; open loop: {len(wl)} requests, "
               f"bursty, {rate:.1f} req/s = {args.load:.0%} of it", flush=True)  # fmt: skip
