@@ -143,6 +143,7 @@ class _Exchange:
     preempted: bool = False  # the core preempted it: its call is closed, it waits again
     preemptions: int = 0
     backends: list[str] = field(default_factory=list)  # where it was sent, in order
+    resumed_on_failover: int = 0  # its stream went on elsewhere after its backend failed
     failure: tuple[int, dict[str, Any]] | None = None  # the last backend failure's answer
 
 
@@ -480,6 +481,7 @@ class Gateway:
             elif effect.resumed:  # nothing sent yet (or not a stream): start over
                 self.metrics.reprefill_tokens.inc(ex.prompt_tokens)
             ex.backends.append(backend)
+            ex.resumed_on_failover += effect.failover and ex.ttft_s is not None
             try:
                 await self._call(req, resp, ex, json_bytes(body), relay, released, backend)
             finally:
@@ -654,7 +656,7 @@ class Gateway:
                 "status": ex.status or None, "queue_wait_s": _round(ex.queue_wait_s),
                 "ttft_s": _round(ex.ttft_s), "prompt_tokens": ex.prompt_tokens,
                 "output_tokens": ex.output_tokens, "preemptions": ex.preemptions,
-                "backends": ex.backends,
+                "backends": ex.backends, "failover_resumes": ex.resumed_on_failover,
                 "duration_s": _round(self._clock() - ex.arrival),
             }, separators=(",", ":")))  # fmt: skip
 
