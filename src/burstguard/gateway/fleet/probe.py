@@ -37,9 +37,13 @@ class HealthProber:
         session: aiohttp.ClientSession,
         *,
         tick_s: float = 0.05,
+        on_up: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`on_up(url)`: called on each successful probe (e.g. to scrape a returning
+        backend at once, whose scraper slowed down while it was away)."""
         self._fleet = fleet
+        self._on_up = on_up
         self._session = session
         self._tick_s = tick_s
         self._clock = clock
@@ -50,6 +54,8 @@ class HealthProber:
         cfg = self._fleet.cfg.health
         ok = await probe(self._session, url + cfg.probe_path, cfg.probe_timeout_s)
         self._fleet.on_probe(url, ok, self._clock())
+        if ok and self._on_up is not None:
+            self._on_up(url)
 
     def tick(self) -> None:
         """Starts the probes that are due now."""
