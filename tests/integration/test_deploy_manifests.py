@@ -30,11 +30,10 @@ from burstguard.gateway.http import HttpServer
 from burstguard.gateway.metrics import _TTFT_BUCKETS
 
 PENDING_GATEWAY_FIELDS: dict[str, type[BaseModel]] = {
-    "fleet": FleetConfig,
     "autoscaler": ScalingPolicy,
 }
-"""Gateway config blocks the gateway process does not read yet (the fleet gateway, its live
-autoscaler), each validated against the model that will read it; tighten when they land."""
+"""Gateway config blocks the gateway process does not read yet (its live autoscaler), each
+validated against the model that will read it; tighten when they land."""
 
 
 @pytest.fixture(scope="module")

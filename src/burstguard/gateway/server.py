@@ -717,7 +717,6 @@ class Gateway:
         s = self.core.stats
         states = list(self.core.backend_states.values())
         b = _total(states) if states else None
-        up = self.fleet.ready(self._clock())
         return GaugeSnapshot(
             queue_depth=s.queue_depth,
             queue_tokens=sum(s.queue_tokens.values()),
@@ -729,7 +728,6 @@ class Gateway:
             backend_waiting=None if b is None or b.waiting is None else float(b.waiting),
             backend_running=None if b is None or b.running is None else float(b.running),
             backend_kv_usage=b.kv_usage if b is not None else None,
-            backend_up=up,
         )
 
 
