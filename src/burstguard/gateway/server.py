@@ -649,6 +649,8 @@ class Gateway:
         """Counts the outcome once and writes the request's log line."""
         outcome = ex.outcome or "failed"
         self.metrics.ended(ex.cls, outcome, ex.reason)
+        if self.shared is not None and ex.backends:  # the tenant's service, for all replicas
+            self.shared.charge_tenant(ex.tenant, ex.prompt_tokens + ex.output_tokens)
         if self.config.log_requests and access_log.isEnabledFor(logging.INFO):
             access_log.info(json.dumps({
                 "id": ex.rid, "class": ex.cls, "tenant": ex.tenant, "route": ex.route,
