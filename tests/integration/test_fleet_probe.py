@@ -84,7 +84,7 @@ async def test_probe_is_2xx_within_timeout() -> None:
             await ok_runner.cleanup()
 
 
-async def test_a_backend_without_health_is_probed_on_its_models() -> None:
+async def test_a_backend_without_health_is_up() -> None:
     """llama-cpp-python's server has no /health (404): that is not a dead backend."""
 
     async def models(_: web.Request) -> web.Response:

@@ -2,9 +2,10 @@
 
 The shell around `HealthCheck`: a 2xx answer within `probe_timeout_s` is a success;
 anything else (refused, reset, timeout, another status) a failure. Each result goes back
-to the fleet with the clock time it arrived. A backend without the probe path (404:
-llama-cpp-python's server has no /health) is probed on `/v1/models` from then on — a
-missing endpoint is not a dead backend.
+to the fleet with the clock time it arrived. A 404 counts as up: the server answered, it
+just has no such path (llama-cpp-python's has no /health; probing another path instead,
+such as /v1/models, would interrupt its running generation, which it does on any new
+request to the model).
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from collections.abc import Callable
 import aiohttp
 
 from burstguard.gateway.fleet.fleet import Fleet
-
-FALLBACK_PATH = "/v1/models"
 
 
 async def probe_status(session: aiohttp.ClientSession, url: str, timeout_s: float) -> int | None:
@@ -33,9 +32,10 @@ async def probe_status(session: aiohttp.ClientSession, url: str, timeout_s: floa
 
 
 async def probe(session: aiohttp.ClientSession, url: str, timeout_s: float) -> bool:
-    """True when `url` answers 2xx within `timeout_s`."""
+    """True when `url` answers 2xx (or 404: no such path, but the server is up) within
+    `timeout_s`."""
     status = await probe_status(session, url, timeout_s)
-    return status is not None and 200 <= status < 300
+    return status is not None and (200 <= status < 300 or status == 404)
 
 
 class HealthProber:
@@ -59,16 +59,10 @@ class HealthProber:
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
         self._probes: set[asyncio.Task[None]] = set()
-        self._fallback: set[str] = set()  # backends without the probe path
 
     async def _one(self, url: str) -> None:
         cfg = self._fleet.cfg.health
-        path = FALLBACK_PATH if url in self._fallback else cfg.probe_path
-        status = await probe_status(self._session, url + path, cfg.probe_timeout_s)
-        if status == 404 and path != FALLBACK_PATH:
-            self._fallback.add(url)
-            status = await probe_status(self._session, url + FALLBACK_PATH, cfg.probe_timeout_s)
-        ok = status is not None and 200 <= status < 300
+        ok = await probe(self._session, url + cfg.probe_path, cfg.probe_timeout_s)
         self._fleet.on_probe(url, ok, self._clock())
         if ok and self._on_up is not None:
             self._on_up(url)
