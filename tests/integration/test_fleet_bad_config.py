@@ -4,7 +4,10 @@ a traceback."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -74,3 +77,23 @@ def test_optional_redis_unreachable_serves_degraded(tmp_path: Path, emulator: st
         assert "burstguard_shared_state_degraded 1.0" in metrics
     log = (tmp_path / f"gateway-{base.rsplit(':', 1)[1]}.log").read_text()
     assert "Redis unreachable" in log and "Traceback" not in log
+
+
+def test_ready_while_one_backend_is_healthy(tmp_path: Path, emulator: str) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+
+    def ready(base: str) -> tuple[int, dict[str, object]]:
+        try:
+            with urllib.request.urlopen(base + "/ready", timeout=5) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    with start_fleet_gateway(tmp_path, [dead, emulator], {}) as gw:
+        base = gw.base_url  # type: ignore[attr-defined]
+        time.sleep(1.5)  # three failed probes open the dead one's circuit
+        assert ready(base) == (200, {"status": "ready", "backends": [emulator]})
+    with start_fleet_gateway(tmp_path, [dead], {}) as gw:
+        time.sleep(1.5)
+        status, body = ready(gw.base_url)  # type: ignore[attr-defined]
+        assert status == 503 and "no healthy backend" in str(body)

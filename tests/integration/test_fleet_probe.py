@@ -82,3 +82,29 @@ async def test_probe_is_2xx_within_timeout() -> None:
             assert await probe(session, f"http://127.0.0.1:{port}/health", 1.0)
         finally:
             await ok_runner.cleanup()
+
+
+async def test_a_backend_without_health_is_up() -> None:
+    """llama-cpp-python's server has no /health (404): that is not a dead backend."""
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"data": []})
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    url = f"http://127.0.0.1:{port}"
+    fleet = Fleet(FleetConfig(), [url], now=time.monotonic())
+    async with aiohttp.ClientSession() as session:
+        prober = HealthProber(fleet, session)
+        prober.start()
+        try:
+            await asyncio.sleep(1.5)  # six probes: three failures would open it
+            assert _routable(fleet, url)
+            assert fleet.stats(time.monotonic())[0].up
+        finally:
+            await prober.stop()
+            await runner.cleanup()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from burstguard.gateway.fleet.config import FleetConfig, RedisConfig
+from burstguard.gateway.fleet.config import FleetConfig, HealthConfig, RedisConfig
 from burstguard.gateway.fleet.fleet import Fleet
 from burstguard.gateway.fleet.metrics import FleetCollector
 from burstguard.gateway.fleet.router import RouteRequest
@@ -16,7 +16,7 @@ A, B = "http://a:1", "http://b:1"
 
 
 async def test_backend_labelled_metrics() -> None:
-    fleet = Fleet(FleetConfig(), [A, B])
+    fleet = Fleet(FleetConfig(health=HealthConfig(open_s=1.0)), [A, B])  # open at t=2
     fleet.on_metrics(A, BackendState(0, 0, 0.1), 1.0)
     fleet.route("r1", RouteRequest(50), 1.0)
     first = fleet.backend_of("r1")

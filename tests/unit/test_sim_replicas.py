@@ -3,7 +3,12 @@ drained while the simulation runs (the API an autoscaler drives)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+from pathlib import Path
+
 import numpy as np
+from tests.conftest import BURSTGUARD, REPO_ROOT
 
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.profile import Profile
@@ -14,6 +19,7 @@ from burstguard.workload.spec import RequestSpec, Workload
 
 H100 = Profile.load("llama3-8b-h100")
 ENGINE = EngineConfig(max_num_seqs=16)
+EXAMPLE = REPO_ROOT / "examples" / "gateway.yaml"
 
 
 def steady(n: int = 400, rate: float = 20.0, seed: int = 3) -> Workload:
@@ -54,3 +60,17 @@ def test_a_replica_added_mid_run_takes_requests_and_a_drained_one_takes_none() -
     assert len(drained) == 1 and 5.0 <= drained[0] < 10.0  # its last request finished
     assert sim.replicas.replicas == (replica_id(1), "http://replica-new")
     assert sim.replicas.draining == ()
+
+
+def test_cli_replicas_needs_a_gateway_and_prints_the_shares(tmp_path: Path) -> None:
+    sim = [*BURSTGUARD, "sim", "--pattern", "poisson", "--rate", "20", "--duration", "10",
+           "--max-num-seqs", "16"]  # fmt: skip
+    res = subprocess.run([*sim, "--replicas", "3"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "--replicas: needs --gateway" in res.stderr + res.stdout
+    out = tmp_path / "s.json"
+    argv = [*sim, "--replicas", "3", "--gateway", str(EXAMPLE), "--json", str(out)]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "routed: http://replica-0" in res.stdout
+    routed = json.loads(out.read_text())["gateway"]["routed"]
+    assert sorted(routed) == [replica_id(i) for i in range(3)]

@@ -88,6 +88,11 @@ class BackendMonitor:
         self.last_error: str | None = None
         self.reachable = True  # the backend answered the last scrape (any HTTP status)
         self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Scrape now instead of at the next interval (the backend is known to be back)."""
+        self._wake.set()
 
     @property
     def state(self) -> BackendState | None:
@@ -139,7 +144,9 @@ class BackendMonitor:
             next_at = max(next_at + self.interval_s, self._clock())
             if slow:
                 next_at = self._clock() + _SLOW_INTERVAL_S
-            await asyncio.sleep(max(0.0, next_at - self._clock()))
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(0.0, next_at - self._clock()))
 
     def start(self) -> None:
         if self._task is None:

@@ -14,10 +14,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from burstguard.errors import UserError
+from burstguard.gateway.fleet.config import FleetConfig, check_backend_urls
 
 if TYPE_CHECKING:
     from burstguard.autoscale.config import ScalingPolicy
-from burstguard.gateway.fleet.config import FleetConfig, check_backend_urls
 
 
 class _Strict(BaseModel):

@@ -81,7 +81,6 @@ class GaugeSnapshot:
     backend_waiting: float | None = None
     backend_running: float | None = None
     backend_kv_usage: float | None = None
-    backend_up: bool = True
     extra: Mapping[str, float] = field(default_factory=dict)
 
 
@@ -144,11 +143,6 @@ class _SnapshotCollector(Collector):
         for name, (doc, value) in optional.items():
             if value is not None:
                 yield _gauge(name, doc, value)
-        yield _gauge(
-            "burstguard_backend_up",
-            "1 if the backend answered recently",
-            1.0 if s.backend_up else 0.0,
-        )
         now = self._clock()
         rate = GaugeMetricFamily(
             "burstguard_arrival_rate", "Arrivals per second over the window", labels=["window"]

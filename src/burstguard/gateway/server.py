@@ -145,6 +145,7 @@ class _Exchange:
     preempted: bool = False  # the core preempted it: its call is closed, it waits again
     preemptions: int = 0
     backends: list[str] = field(default_factory=list)  # where it was sent, in order
+    resumed_on_failover: int = 0  # its stream went on elsewhere after its backend failed
     failure: tuple[int, dict[str, Any]] | None = None  # the last backend failure's answer
 
 
@@ -500,6 +501,7 @@ class Gateway:
             elif effect.resumed:  # nothing sent yet (or not a stream): start over
                 self.metrics.reprefill_tokens.inc(ex.prompt_tokens)
             ex.backends.append(backend)
+            ex.resumed_on_failover += effect.failover and ex.ttft_s is not None
             try:
                 await self._call(req, resp, ex, json_bytes(body), relay, released, backend)
             finally:
@@ -667,6 +669,8 @@ class Gateway:
         """Counts the outcome once and writes the request's log line."""
         outcome = ex.outcome or "failed"
         self.metrics.ended(ex.cls, outcome, ex.reason)
+        if self.shared is not None and ex.backends:  # the tenant's service, for all replicas
+            self.shared.charge_tenant(ex.tenant, ex.prompt_tokens + ex.output_tokens)
         if self.config.log_requests and access_log.isEnabledFor(logging.INFO):
             access_log.info(json.dumps({
                 "id": ex.rid, "class": ex.cls, "tenant": ex.tenant, "route": ex.route,
@@ -674,7 +678,7 @@ class Gateway:
                 "status": ex.status or None, "queue_wait_s": _round(ex.queue_wait_s),
                 "ttft_s": _round(ex.ttft_s), "prompt_tokens": ex.prompt_tokens,
                 "output_tokens": ex.output_tokens, "preemptions": ex.preemptions,
-                "backends": ex.backends,
+                "backends": ex.backends, "failover_resumes": ex.resumed_on_failover,
                 "duration_s": _round(self._clock() - ex.arrival),
             }, separators=(",", ":")))  # fmt: skip
 
@@ -735,7 +739,6 @@ class Gateway:
         s = self.core.stats
         states = list(self.core.backend_states.values())
         b = _total(states) if states else None
-        up = self.fleet.ready(self._clock())
         return GaugeSnapshot(
             queue_depth=s.queue_depth,
             queue_tokens=sum(s.queue_tokens.values()),
@@ -747,7 +750,6 @@ class Gateway:
             backend_waiting=None if b is None or b.waiting is None else float(b.waiting),
             backend_running=None if b is None or b.running is None else float(b.running),
             backend_kv_usage=b.kv_usage if b is not None else None,
-            backend_up=up,
         )
 
 

@@ -45,13 +45,13 @@ class HealthConfig(_Strict):
     """Active /health probes, passive failures and the circuit breaker."""
 
     failure_threshold: int = Field(3, ge=1, description="failures in a row that open it")
-    open_s: float = Field(1.0, gt=0, description="open this long before half-open trials")
+    open_s: float = Field(0.5, gt=0, description="open this long before half-open trials")
     success_threshold: int = Field(2, ge=1, description="half-open successes that close it")
     half_open_requests: bool = Field(
         False, description="half-open: also one trial request at a time (default: probes only)"
     )
     probe_interval_s: float = Field(0.25, gt=0, description="active /health probe period")
-    probe_timeout_s: float = Field(1.0, gt=0)
+    probe_timeout_s: float = Field(0.5, gt=0)
     probe_path: str = "/health"
     metrics_stale_s: float = Field(
         2.0, gt=0, description="older metrics count as saturated (llm-d's staleness bound)"

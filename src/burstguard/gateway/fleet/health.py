@@ -13,8 +13,8 @@ Pure state machines driven by timestamps (no clock read here):
 - `HealthCheck`: the breaker plus the probe schedule (one probe in flight, one every
   `probe_interval_s`) and `up`, the last probe's answer.
 
-With the defaults (3 failures, 1 s open, 0.25 s probes, 2 successes) a dead replica stops
-getting requests after its third failure and is back ~1.25 s after it answers again.
+With the defaults (3 failures, 0.5 s open, 0.25 s probes, 2 successes) a dead replica stops
+getting requests after its third failure and is back ~0.75 s after it answers again.
 """
 
 from __future__ import annotations

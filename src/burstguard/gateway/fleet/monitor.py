@@ -56,7 +56,7 @@ class FleetMonitor:
         self._fresh: dict[str, float] = {}  # url -> when the state last forwarded was scraped
         self._clock = clock
         self._discovery = Discovery(static, discovery or DiscoveryConfig(), self._discovered)
-        self._prober = HealthProber(fleet, session, clock=clock)
+        self._prober = HealthProber(fleet, session, on_up=self._up, clock=clock)
         self._monitors: dict[str, BackendMonitor] = {}
         self._stopping: set[asyncio.Task[None]] = set()
 
@@ -103,6 +103,13 @@ class FleetMonitor:
         elif monitor.scraped_at != self._fresh.get(url):  # a new scrape, not a failed one
             self._fresh[url] = monitor.scraped_at
             self._on_metrics(url, monitor.state, monitor.scraped_at)
+
+    def _up(self, url: str) -> None:
+        """A probe answered: a scraper that slowed down while its backend was away scrapes
+        now (else its stale metrics keep a returned backend 'saturated' for up to 5 s)."""
+        monitor = self._monitors.get(url)
+        if monitor is not None and not monitor.reachable:
+            monitor.wake()
 
     def forget(self, url: str) -> None:
         """Stops `url`'s scraper: call it with what `Fleet.on_done` / `on_failure` report

@@ -2,7 +2,10 @@
 
 The shell around `HealthCheck`: a 2xx answer within `probe_timeout_s` is a success;
 anything else (refused, reset, timeout, another status) a failure. Each result goes back
-to the fleet with the clock time it arrived.
+to the fleet with the clock time it arrived. A 404 counts as up: the server answered, it
+just has no such path (llama-cpp-python's has no /health; probing another path instead,
+such as /v1/models, would interrupt its running generation, which it does on any new
+request to the model).
 """
 
 from __future__ import annotations
@@ -17,15 +20,22 @@ import aiohttp
 from burstguard.gateway.fleet.fleet import Fleet
 
 
-async def probe(session: aiohttp.ClientSession, url: str, timeout_s: float) -> bool:
-    """True when `url` answers 2xx within `timeout_s`."""
+async def probe_status(session: aiohttp.ClientSession, url: str, timeout_s: float) -> int | None:
+    """`url`'s HTTP status within `timeout_s`; None: no answer."""
     try:
         timeout = aiohttp.ClientTimeout(total=timeout_s)
         async with session.get(url, timeout=timeout) as resp:
             await resp.read()
-            return 200 <= resp.status < 300
+            return resp.status
     except (aiohttp.ClientError, TimeoutError, OSError):
-        return False
+        return None
+
+
+async def probe(session: aiohttp.ClientSession, url: str, timeout_s: float) -> bool:
+    """True when `url` answers 2xx (or 404: no such path, but the server is up) within
+    `timeout_s`."""
+    status = await probe_status(session, url, timeout_s)
+    return status is not None and (200 <= status < 300 or status == 404)
 
 
 class HealthProber:
@@ -37,9 +47,13 @@ class HealthProber:
         session: aiohttp.ClientSession,
         *,
         tick_s: float = 0.05,
+        on_up: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`on_up(url)`: called on each successful probe (e.g. to scrape a returning
+        backend at once, whose scraper slowed down while it was away)."""
         self._fleet = fleet
+        self._on_up = on_up
         self._session = session
         self._tick_s = tick_s
         self._clock = clock
@@ -50,6 +64,8 @@ class HealthProber:
         cfg = self._fleet.cfg.health
         ok = await probe(self._session, url + cfg.probe_path, cfg.probe_timeout_s)
         self._fleet.on_probe(url, ok, self._clock())
+        if ok and self._on_up is not None:
+            self._on_up(url)
 
     def tick(self) -> None:
         """Starts the probes that are due now."""

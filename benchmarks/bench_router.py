@@ -1,0 +1,161 @@
+"""Live routing comparison: four emulators of two speeds (2 x llama3-8b-h100,
+2 x llama3-8b-a100, the same --max-num-seqs) behind one router, a bursty open loop at 75 %
+of their summed capacity, streamed; each router on the same workload, one after another.
+
+Routers: `burstguard gateway` with its score router, round robin and least request (one
+queue in the gateway, per-backend caps = --max-num-seqs), and `vllm-router` (the Rust
+router on PyPI, installed in its own venv: `python -m venv /tmp/vr-venv &&
+/tmp/vr-venv/bin/pip install vllm-router`; never a burstguard dependency) in its default
+policy (cache_aware) and power_of_two (its load-aware policy for a mixed fleet).
+
+First each emulator's capacity alone (a closed loop of 2 x --max-num-seqs users); then a
+saturation leg through the gateway (the same closed loop over all four: total output
+tok/s vs the sum of the four alone); then the open-loop legs. Times are engine seconds
+(wall x --speedup). Prints a Markdown table.
+
+Run: .venv/bin/python benchmarks/bench_router.py [--speedup 1] [--duration-s 20]
+       [--max-num-seqs 8] [--vllm-router /tmp/vr-venv/bin/vllm-router]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from burstguard.bench.runner import BenchConfig, run_bench
+from burstguard.procs import ManagedProcess, free_port
+from burstguard.workload.spec import Workload
+from burstguard.workload.synth import PatternSpec, synthesize
+
+BURSTGUARD = [sys.executable, "-m", "burstguard.cli"]
+PROFILES = ("llama3-8b-h100", "llama3-8b-h100", "llama3-8b-a100", "llama3-8b-a100")
+MODEL = "m"
+PROMPT = "lognormal:mean=512,sigma=0.5"
+OUTPUT = "lognormal:mean=128,sigma=0.5"
+
+
+def _proc(argv: list[str], port: int, log: Path, health: str = "/health") -> ManagedProcess:
+    proc = ManagedProcess(argv, f"http://127.0.0.1:{port}{health}", log_path=log)
+    proc.base_url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
+    return proc
+
+
+def emulator(work: Path, profile: str, seqs: int, speedup: float) -> ManagedProcess:
+    port = free_port()
+    argv = [*BURSTGUARD, "emulate", "--profile", profile, "--host", "127.0.0.1",
+            "--port", str(port), "--speedup", str(speedup), "--max-num-seqs", str(seqs),
+            "--served-model-name", MODEL]  # fmt: skip
+    return _proc(argv, port, work / f"emulator-{port}.log")
+
+
+def gateway(work: Path, urls: list[str], policy: str, seqs: int, speedup: float) -> ManagedProcess:
+    port = free_port()
+    config = {
+        "engine_speedup": speedup,
+        "log_requests": False,
+        "classes": [{"name": "standard", "rank": 0, "queue_deadline_s": 600.0}],
+        "admission": {"max_in_flight": 4 * seqs, "max_in_flight_per_backend": seqs},
+        "fleet": {"router": {"policy": policy}},
+    }
+    path = work / f"gateway-{policy}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    flags = [x for u in urls for x in ("--backend", u)]
+    argv = [*BURSTGUARD, "gateway", "--config", str(path), "--port", str(port), *flags]
+    return _proc(argv, port, work / f"gateway-{policy}.log")
+
+
+def vllm_router(work: Path, exe: str, urls: list[str], policy: str) -> ManagedProcess:
+    port = free_port()
+    argv = [exe, "--host", "127.0.0.1", "--port", str(port), "--policy", policy,
+            "--worker-urls", *urls]  # fmt: skip
+    proc = _proc(argv, port, work / f"vllm-router-{policy}.log")
+    proc.startup_timeout_s = 60.0
+    return proc
+
+
+def leg(
+    work: Path, label: str, target: str, wl: Workload, speedup: float, users: int | None = None,
+    duration_s: float | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    cfg = BenchConfig(target=target, model=MODEL, out_dir=work / label, api="completions",
+                      speedup=speedup, concurrency=users, duration_s=duration_s, label=label,
+                      timeout_s=300.0)  # fmt: skip
+    return run_bench(cfg, wl, None)
+
+
+@contextlib.contextmanager
+def running(proc: ManagedProcess) -> Iterator[str]:
+    with proc:
+        yield proc.base_url  # type: ignore[attr-defined]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--speedup", type=float, default=1.0)
+    ap.add_argument("--max-num-seqs", type=int, default=8)
+    ap.add_argument("--duration-s", type=float, default=20.0, help="wall seconds per leg")
+    ap.add_argument("--load", type=float, default=0.75, help="share of summed capacity")
+    ap.add_argument("--vllm-router", default="/tmp/vr-venv/bin/vllm-router")
+    ap.add_argument("--vllm-router-policies", default="cache_aware,power_of_two")
+    args = ap.parse_args()
+    s, seqs = args.speedup, args.max_num_seqs
+    engine_s = args.duration_s * s  # a leg's length in engine seconds
+    sample = synthesize(PatternSpec(duration_s=engine_s, rate=200, seed=9,
+                                    prompt_tokens=PROMPT, output_tokens=OUTPUT))  # fmt: skip
+    work = Path(tempfile.mkdtemp(prefix="bench-router-"))
+    procs = [emulator(work, p, seqs, s) for p in PROFILES]
+    rows: list[tuple[str, dict[str, Any]]] = []
+    with contextlib.ExitStack() as stack:
+        urls = [stack.enter_context(running(p)) for p in procs]
+        alone = []
+        for p, u in zip(PROFILES, urls, strict=True):
+            r = leg(work, f"alone-{u.rsplit(':', 1)[1]}", u, sample, s, 2 * seqs, 0.4 * engine_s)
+            alone.append(r["output_tokens_per_s"])
+            print(f"capacity alone {p} {u}: {alone[-1]:.0f} output tok/s", flush=True)
+        total = sum(alone)
+        mean_out = float(sample.output_tokens.mean())
+        rate = args.load * total / mean_out
+        spec = PatternSpec(pattern="burst", duration_s=engine_s, rate=rate, seed=1,
+                           prompt_tokens=PROMPT, output_tokens=OUTPUT)  # fmt: skip
+        wl = synthesize(spec)
+        print(f"sum of the four alone {total:.0f} tok/s; open loop: {len(wl)} requests, "
+              f"bursty, {rate:.1f} req/s = {args.load:.0%} of it", flush=True)  # fmt: skip
+        with running(gateway(work, urls, "score", seqs, s)) as gw:
+            sat = leg(work, "saturated-score", gw, sample, s, 8 * seqs, 0.5 * engine_s)
+        print(f"saturated through the gateway (score, {8 * seqs} users): "
+              f"{sat['output_tokens_per_s']:.0f} tok/s = "
+              f"{sat['output_tokens_per_s'] / total:.1%} of the sum alone", flush=True)  # fmt: skip
+        for policy in ("score", "round_robin", "least_request"):
+            with running(gateway(work, urls, policy, seqs, s)) as gw:
+                rows.append((f"burstguard {policy}", leg(work, f"gw-{policy}", gw, wl, s)))
+            print(f"done: burstguard {policy}", flush=True)
+        exe = shutil.which(args.vllm_router) or args.vllm_router
+        if Path(exe).exists():
+            for policy in args.vllm_router_policies.split(","):
+                with running(vllm_router(work, exe, urls, policy)) as vr:
+                    rows.append((f"vllm-router {policy}", leg(work, f"vr-{policy}", vr, wl, s)))
+                print(f"done: vllm-router {policy}", flush=True)
+        else:
+            print(f"vllm-router not found at {exe}: skipped", flush=True)
+    print(f"\n| router | completed | TTFT p50 | TTFT p95 | TTFT p99 | output tok/s "
+          f"| vs offered | vs sum alone ({total:.0f}) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    offered = rate * mean_out
+    for name, r in rows:
+        t, tps = r["ttft_s"], r["output_tokens_per_s"]
+        print(f"| {name} | {r['completed']}/{r['requests']} | {t['p50'] * 1e3:.0f} ms "
+              f"| {t['p95'] * 1e3:.0f} ms | {t['p99'] * 1e3:.0f} ms | {tps:.0f} "
+              f"| {tps / offered:.1%} | {tps / total:.1%} |")  # fmt: skip
+    print(f"\nlogs and records: {work}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""The core routes over a fleet: each Release names a backend within its per-backend cap;
+a backend failure before the first token fails over, after it only with resume, and
+otherwise ends in Abandon; a refused shared lease queues the request again."""
+
+from __future__ import annotations
+
+from burstguard.gateway.config import GatewayConfig
+from burstguard.gateway.core import GatewayCore
+from burstguard.gateway.events import (
+    Abandon,
+    Arrive,
+    BackendFailed,
+    Effect,
+    Finish,
+    LeaseRefused,
+    Release,
+    Tick,
+)
+from burstguard.gateway.request import GatewayRequest
+
+A, B = "http://a:1", "http://b:1"
+
+
+def core(resume: bool = False, per_backend: int = 2, **fleet: object) -> GatewayCore:
+    cfg = GatewayConfig.from_dict({
+        "backends": [{"url": A, "resume": resume}, {"url": B}],
+        "classes": [{"name": "standard", "rank": 0}],
+        "admission": {"adapt": False, "min_in_flight": 1,
+                      "max_in_flight_per_backend": per_backend},
+        "fleet": {"router": {"policy": "round_robin"}, **fleet},
+    })  # fmt: skip
+    return GatewayCore(cfg)
+
+
+def arrive(gw: GatewayCore, i: int, now: float = 0.0) -> list[Effect]:
+    return gw.handle(Arrive(GatewayRequest(f"r{i}", now, 100, 50)), now)
+
+
+def releases(effects: list[Effect]) -> list[tuple[str, str | None]]:
+    return [(e.req.id, e.backend) for e in effects if isinstance(e, Release)]
+
+
+def test_releases_name_backends_within_their_caps() -> None:
+    gw = core(per_backend=2)
+    out = [r for i in range(6) for r in releases(arrive(gw, i))]
+    assert sorted(b for _, b in out) == [A, A, B, B]  # two each, two wait
+    assert gw.stats.queue_depth["standard"] == 2
+    assert releases(gw.handle(Finish(out[0][0], 50), 1.0)) == [("r4", out[0][1])]
+
+
+def test_failure_before_the_first_token_fails_over_after_it_abandons() -> None:
+    gw = core()
+    (rid, first), = releases(arrive(gw, 0))  # fmt: skip
+    out = gw.handle(BackendFailed(rid, "connect"), 0.1)
+    (e,) = [x for x in out if isinstance(x, Release)]
+    assert (e.backend, e.failover, e.resumed) == ({A, B}.difference({first}).pop(), True, False)
+    out = gw.handle(BackendFailed(rid, "reset", started=True), 0.2)
+    assert [type(x) for x in out] == [Abandon] and out[0].outcome == "not_retryable"  # type: ignore[union-attr]
+    assert gw.stats.outcomes["standard"]["failed"] == 1
+    assert gw.stats.in_flight_requests == 0
+
+
+def test_with_resume_a_started_stream_goes_on_elsewhere() -> None:
+    gw = core(resume=True)
+    (rid, first), = releases(arrive(gw, 0))  # fmt: skip
+    out = gw.handle(BackendFailed(rid, "reset", started=True), 0.1)
+    (e,) = [x for x in out if isinstance(x, Release)]
+    assert e.resumed and e.failover and e.backend != first
+
+
+def test_the_retry_budget_bounds_failovers() -> None:
+    gw = core(retry_budget={"ratio": 0.0, "min_concurrency": 0})
+    (rid, _), = releases(arrive(gw, 0))  # fmt: skip
+    out = gw.handle(BackendFailed(rid, "status_5xx"), 0.1)
+    assert [type(x) for x in out] == [Abandon] and out[0].outcome == "budget"  # type: ignore[union-attr]
+
+
+def test_a_refused_lease_requeues_and_holds_that_backend_for_a_tick() -> None:
+    gw = core(per_backend=1)
+    (rid, first), = releases(arrive(gw, 0))  # fmt: skip
+    out = gw.handle(LeaseRefused(rid), 0.0)
+    assert releases(out) == [(rid, {A, B}.difference({first}).pop())]  # the other one
+    (rid2, _), = releases(arrive(gw, 1)) or [("none", None)]  # fmt: skip
+    assert rid2 == "none"  # the refused backend is held at its load (0): nothing goes there
+    assert releases(gw.handle(Tick(), 0.2)) == [("r1", first)]  # the hold ended
