@@ -34,6 +34,7 @@ def _register_all() -> None:
     from burstguard.bench import cli as bench_cli
     from burstguard.calibrate import cli as calibrate_cli
     from burstguard.deploycheck import cli as deploy_cli
+    from burstguard.diagnose import cli as diagnose_cli
     from burstguard.emulator import cli as emulator_cli
     from burstguard.engines import cli as engines_cli
     from burstguard.gateway import cli as gateway_cli
@@ -51,6 +52,7 @@ def _register_all() -> None:
         engines_cli,
         report_cli,
         deploy_cli,
+        diagnose_cli,
     ):
         module.register(app)
     __import__("burstguard.autoscale.cli", fromlist=["register"]).register(app)

@@ -28,6 +28,8 @@ DEFAULT_SERIES: tuple[str, ...] = (
     "vllm:kv_cache_usage_perc",
     "vllm:gpu_cache_usage_perc",
     "vllm:num_preemptions_total",
+    "vllm:iteration_tokens_total_sum",
+    "vllm:iteration_tokens_total_count",
     "llm_request_queue_depth",
 )
 

@@ -426,8 +426,9 @@ async def _retrying_clients(base: str, n: int = 80, spread_s: float = 2.0) -> li
             await asyncio.sleep(spread_s * i / n)
             seen: list[int] = []
 
-            async def send() -> int:
-                async with session.post(base + "/v1/completions", json=body) as resp:
+            async def send(headers: dict[str, str]) -> int:
+                url = base + "/v1/completions"
+                async with session.post(url, json=body, headers=headers) as resp:
                     await resp.read()
                     seen.append(resp.status)
                     if resp.status != 200:

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from burstguard.client import (
+    RETRY_COUNT_HEADER,
     RetryableFailure,
     RetryBudget,
     RetryPolicy,
@@ -65,12 +66,12 @@ def test_parse_retry_after_seconds_and_http_date() -> None:
     assert parse_retry_after(date, now=now) == pytest.approx(10.0)
 
 
-def test_call_with_retries_sleeps_as_told_then_returns() -> None:
-    tries: list[int] = []
+def test_call_with_retries_sleeps_as_told_counts_its_tries_then_returns() -> None:
+    tries: list[dict[str, str]] = []
     slept: list[float] = []
 
-    async def send() -> str:
-        tries.append(1)
+    async def send(headers: dict[str, str]) -> str:
+        tries.append(headers)
         if len(tries) < 3:
             raise RetryableFailure(status=429, retry_after_s=2.0)
         return "ok"
@@ -81,8 +82,9 @@ def test_call_with_retries_sleeps_as_told_then_returns() -> None:
     policy = RetryPolicy(mode="exponential", base_s=0.01, cap_s=0.02)
     assert asyncio.run(call_with_retries(send, policy, sleep=fake_sleep)) == "ok"
     assert slept == [2.0, 2.0]
+    assert [t[RETRY_COUNT_HEADER] for t in tries] == ["0", "1", "2"]
 
-    async def always_fails() -> str:
+    async def always_fails(headers: dict[str, str]) -> str:
         raise RetryableFailure(status=503)
 
     with pytest.raises(RetryableFailure):

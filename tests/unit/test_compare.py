@@ -10,7 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from burstguard.bench.compare import Thresholds, compare, queue_drain, server_column
+from burstguard.bench.compare import (
+    Thresholds,
+    Tolerances,
+    compare,
+    compare_baseline,
+    queue_drain,
+    server_column,
+)
 from burstguard.bench.records import RequestRecord, write_records
 from burstguard.bench.summary import summarize, write_summary
 
@@ -201,3 +208,84 @@ def test_compare_command_exit_codes(tmp_path: Path) -> None:
         text=True,
     )
     assert proc.returncode == 2 and "min_slo" in proc.stderr
+
+
+def test_preemptions_above_their_limit_fail_and_none_pass() -> None:
+    preempting = summary_of(make_records([0.1] * 200), preemptions=12)
+    clean = summary_of(make_records([0.1] * 200), preemptions=0)
+    th = Thresholds(max_preemptions=0)
+    assert not compare(STEADY, preempting, th).passed
+    assert compare(STEADY, preempting, th).check("preemptions").status == "fail"
+    assert compare(STEADY, clean, th).passed
+    assert compare(STEADY, preempting).check("preemptions").status == "info"  # no limit set
+
+
+def test_preemptions_from_a_scraped_counter_and_kv_peak_limit() -> None:
+    series = {"t": [0, 1, 2], "vllm:num_preemptions_total": [40, 41, 45],
+              "vllm:kv_cache_usage_perc": [0.2, 0.97, 0.5]}  # fmt: skip
+    burst = {**summary_of(make_records([0.1] * 200)), "server_series": series}
+    verdict = compare(STEADY, burst, Thresholds(max_preemptions=4, max_kv_peak=0.9))
+    assert verdict.check("preemptions").burst == 5  # the counter's increase, not its value
+    assert verdict.check("preemptions").status == "fail"
+    assert verdict.check("kv_peak").status == "fail"
+
+
+def test_retry_amplification_over_limit_fails() -> None:
+    records = make_records([0.1] * 200)
+    for r in records[:100]:
+        r.retries = 1
+    verdict = compare(STEADY, summary_of(records))
+    check = verdict.check("retry_amplification")
+    assert check.value == pytest.approx(1.5) and check.status == "fail"
+    assert compare(STEADY, STEADY).check("retry_amplification").status == "pass"
+
+
+def test_itl_jitter_fails_when_the_burst_stalls_the_stream() -> None:
+    jittery = make_records([0.1] * 200)
+    for r in jittery:  # two stalls per stream (4% of the gaps): p99 ITL far above p50
+        r.itl_s[5] = r.itl_s[30] = 0.5
+    verdict = compare(STEADY, summary_of(jittery))
+    assert verdict.check("itl_jitter_ratio").status == "fail"
+    assert verdict.check("itl_p95_ratio").status == "pass"  # the p95 alone does not see it
+
+
+def test_client_lag_makes_the_verdict_invalid() -> None:
+    late = make_records([0.1] * 200)
+    for r in late[100:]:
+        r.sent_s = r.scheduled_s + 2.0  # the client fell 2 s behind its schedule
+    verdict = compare(STEADY, summary_of(late))
+    assert not verdict.valid and not verdict.passed
+    assert "client was the bottleneck" in verdict.invalid[0]
+    assert compare(STEADY, summary_of(late), Thresholds(max_schedule_lag_s=5)).valid
+
+
+def test_baseline_gate_tolerates_noise_and_fails_a_regression() -> None:
+    old = summary_of(make_records([0.10] * 200))
+    assert compare_baseline(old, summary_of(make_records([0.105] * 200))).passed
+    slower = compare_baseline(old, summary_of(make_records([0.13] * 200)))
+    assert not slower.passed and slower.kind == "baseline"
+    assert slower.check("ttft_p95_regression").status == "fail"
+    assert compare_baseline(old, summary_of(make_records([0.13] * 200)),
+                            Tolerances(latency=0.5)).passed  # fmt: skip
+
+
+def test_compare_command_exit_codes_for_new_gates(tmp_path: Path) -> None:
+    steady = _run_dir(tmp_path, "steady", make_records([0.1] * 100))
+    late = make_records([0.1] * 100)
+    for r in late:
+        r.sent_s = r.scheduled_s + 3.0
+    lagging = _run_dir(tmp_path, "lagging", late)
+    proc = subprocess.run([*BURSTGUARD, "compare", str(steady), str(lagging)],
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 2, proc.stdout
+    assert "invalid run" in proc.stderr and "client was the bottleneck" in proc.stderr
+    slower = _run_dir(tmp_path, "slower", make_records([0.2] * 100))
+    for new, code in ((steady, 0), (slower, 1)):
+        proc = subprocess.run(
+            [*BURSTGUARD, "compare", "--baseline", str(steady), str(new), "--json"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert proc.returncode == code, proc.stdout + proc.stderr
+        assert json.loads(proc.stdout)["kind"] == "baseline"
+    proc = subprocess.run([*BURSTGUARD, "compare", str(steady)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "error:" in proc.stderr

@@ -90,3 +90,20 @@ def test_class_output_tokens_refuses_unknown_class_and_missing_mix() -> None:
         synthesize(PatternSpec(classes="a=1", class_output_tokens=(("b", "64"),)))
     with pytest.raises(UserError, match="needs --classes"):
         synthesize(PatternSpec(class_output_tokens=(("b", "64"),)))
+
+
+def test_gamma_fit_reads_the_seed_bursts_as_burstier_than_poisson() -> None:
+    """The seed pattern's gaps are mostly zero (a burst arrives at once): a fit that drops
+    them saw only the idle gaps and called it smoother than Poisson (k ~ 10)."""
+    from burstguard.workload.metrics import gamma_fit_method, gamma_shape
+
+    rng = np.random.default_rng(3)
+    seed = np.diff(arrivals.burst(600.0, rng)[0])
+    assert gamma_fit_method(seed) == "moments"
+    k = gamma_shape(seed)
+    assert k is not None and k < 0.2
+    poisson = np.diff(arrivals.poisson(5.0, 2000.0, rng))
+    assert gamma_fit_method(poisson) == "ml"
+    assert gamma_shape(poisson) == pytest.approx(1.0, abs=0.05)
+    ties = np.concatenate([np.diff(arrivals.gamma(5.0, 0.25, 2000.0, rng)), [0.0]])
+    assert gamma_shape(ties) == pytest.approx(0.25, abs=0.03)  # one stray tie changes nothing

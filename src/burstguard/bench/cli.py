@@ -5,13 +5,16 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from burstguard.errors import UserError
 from burstguard.workload.options import pattern_options
 from burstguard.workload.synth import PatternSpec
+
+if TYPE_CHECKING:
+    from burstguard.bench.compare import Verdict
 
 SCENARIOS = ("steady-vs-burst",)
 _LOAD, _CLIENT, _OUT = "Load", "Client behaviour", "Output"
@@ -45,6 +48,14 @@ def bench(
     concurrency: Annotated[
         int | None, _opt("--concurrency", help="Closed loop: N users (seed baseline 32)")
     ] = None,
+    burst_cycle: Annotated[
+        bool,
+        _opt(
+            "--burst-cycle",
+            help="Closed loop, the seed's script: --burst-size at once, wait for all, "
+            "idle --idle s, repeat",
+        ),
+    ] = False,
     think_time: Annotated[
         float, _opt("--think-time", help="Closed loop: seconds between a user's requests")
     ] = 0.0,
@@ -93,8 +104,13 @@ def bench(
         _opt("--retry-budget", help="Max retries per request, e.g. 0.2", panel=_CLIENT),
     ] = None,
     scrape_metrics: Annotated[
-        bool, _opt("--scrape-metrics", help="Poll the target's /metrics each second", panel=_OUT)
-    ] = False,
+        bool | None,
+        _opt(
+            "--scrape-metrics/--no-scrape-metrics",
+            help="Poll the target's /metrics each second (--scenario: on when it has one)",
+            panel=_OUT,
+        ),
+    ] = None,
     metrics_url: Annotated[
         str | None, _opt("--metrics-url", help="Scrape this /metrics URL instead", panel=_OUT)
     ] = None,
@@ -129,8 +145,13 @@ def bench(
     if (ramp_up or 0.0) < 0 or think_time < 0:
         raise UserError("--ramp-up and --think-time must be >= 0")
     chosen = sum(x is not None for x in (pattern_spec, workload_file, concurrency))
+    chosen += burst_cycle
     if scenario is None and chosen != 1:
-        raise UserError("give exactly one of --pattern NAME, --workload FILE, --concurrency N")
+        raise UserError(
+            "give exactly one of --pattern NAME, --workload FILE, --concurrency N, --burst-cycle"
+        )
+    if scenario is not None and burst_cycle:
+        raise UserError("--burst-cycle is a load of its own: not with --scenario")
     if scenario is not None and scenario not in SCENARIOS:
         raise UserError(f"--scenario {scenario!r}: use one of {', '.join(SCENARIOS)}")
     try:
@@ -143,6 +164,10 @@ def bench(
         raise UserError(str(exc)) from None
     _check_out(out, force)
     base, served = check_target(target, model)
+    if scrape_metrics is None:
+        from burstguard.bench.preflight import serves_metrics
+
+        scrape_metrics = scenario is not None and metrics_url is None and serves_metrics(base)
     prompts = None
     if prompt_file is not None:
         from burstguard.bench.payload import load_prompt_file
@@ -156,12 +181,12 @@ def bench(
         ramp_up_s=min(10.0, shape_spec.duration_s / 10) if ramp_up is None else ramp_up,
         duration_s=None if workload_file else shape_spec.duration_s,  # a trace runs to its end
         scrape_url=metrics_url or (f"{base}/metrics" if scrape_metrics else None),
-        slo=slo_target, seed=shape_spec.seed,
+        slo=slo_target, seed=shape_spec.seed, cycle=_cycle(shape_spec) if burst_cycle else None,
     )  # fmt: skip
     if scenario == "steady-vs-burst":
-        passed = _steady_vs_burst(config, shape_spec, pattern_spec, report, quiet)
-        if not passed:
-            raise typer.Exit(code=1)
+        from burstguard.report.cli import exit_on
+
+        exit_on(_steady_vs_burst(config, shape_spec, pattern_spec, report, quiet))
         return
     summary = _one_leg(
         config,
@@ -201,7 +226,7 @@ def _workload(
     trace_flags: tuple[str | None, float, float, float] = (None, 1.0, 1.0, 1.0),
 ) -> Any:
     """The workload to send; `trace_flags`: --window, --speed, --prompt-scale, --output-scale."""
-    from burstguard.workload.synth import synthesize
+    from burstguard.workload.synth import shape_pool, synthesize
     from burstguard.workload.traces import load_workload
     from burstguard.workload.transform import window_and_speed
 
@@ -210,15 +235,26 @@ def _workload(
     elif pattern_spec is not None:
         workload = synthesize(pattern_spec)
     else:  # closed loop: a pool of request shapes, used in turn
-        pool = max(1000, min(100_000, int(shape_spec.duration_s * 200)))
-        workload = synthesize(
-            dataclasses.replace(
-                shape_spec, pattern="constant", rate=pool / shape_spec.duration_s, envelope=None
-            )
-        )
+        workload = shape_pool(shape_spec)
     if len(workload) == 0:
         raise UserError("the workload has no requests")
     return workload
+
+
+def _cycle(shape_spec: PatternSpec) -> Any:
+    from burstguard.workload.cycle import CycleSpec
+
+    if shape_spec.rate is not None:
+        raise UserError(
+            "--rate does not apply to --burst-cycle: its load waits for each burst to finish "
+            "(set --burst-size and --idle instead)"
+        )
+    try:
+        return CycleSpec(
+            shape_spec.burst_size, shape_spec.idle_s, shape_spec.duration_s, shape_spec.seed
+        )
+    except ValueError as exc:
+        raise UserError(f"--burst-cycle: {exc}") from None
 
 
 def _one_leg(config: Any, workload: Any, quiet: bool) -> dict[str, Any]:
@@ -234,7 +270,7 @@ def _steady_vs_burst(
     pattern_spec: PatternSpec | None,
     report: Path | None,
     quiet: bool,
-) -> bool:
+) -> Verdict:
     """Steady leg, then the burst leg at the steady leg's measured request rate."""
     from burstguard.bench.compare import Thresholds
     from burstguard.report.cli import run_compare
@@ -267,7 +303,7 @@ def _steady_vs_burst(
 
         write_compare_report(legs, verdict, report, title=f"burstguard: {title}")
         print(f"report written to {report}")
-    return verdict.passed
+    return verdict
 
 
 def _print_summary(summary: dict[str, Any], out: Path) -> None:

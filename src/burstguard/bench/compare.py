@@ -1,9 +1,14 @@
 """Steady vs burst: the seed's validation rules as a pure verdict over two run summaries.
 
 The rules (seed article, sections 6-7): burst P95 TTFT at most 2x the steady leg's (5x or
-more is a serious problem); TPOT and ITL stay stable; SLO attainment stays >= 95%; the
-engine's queue drains after each burst instead of accumulating. No I/O and no printing
-here, so the CLI, the scenario runner, the demo and CI gates share one verdict.
+more is a serious problem); TPOT and ITL stay stable (ITL also in its spread: the burst's
+p99/p50 against the steady leg's); SLO attainment stays >= 95%; the engine's queue drains
+after each burst instead of accumulating; retries do not multiply the load; KV usage and
+preemptions stay under their limits where given. A leg whose schedule lag shows that the
+client, not the server, was late is no measurement at all: the verdict is invalid.
+`compare_baseline` is the release-to-release gate: a new run's burst leg against an old
+one's, within tolerances. No I/O and no printing here, so the CLI, the scenario runner,
+the demo and CI gates share one verdict.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ Status = Literal["pass", "fail", "serious", "n/a", "info"]
 # label sets (`{model_name="..."}`) and the gateway's queue metric all count.
 QUEUE_METRICS = ("vllm:num_requests_waiting", "llm_request_queue_depth")
 KV_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+PREEMPTION_METRICS = ("vllm:num_preemptions_total",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +39,11 @@ class Thresholds:
     max_itl_p95_ratio: float = 1.5
     min_slo: float = 0.95
     max_drain_s: float | None = None  # None: the queue must drain, however long it takes
+    max_itl_jitter_ratio: float = 2.0  # burst ITL p99/p50 over the steady leg's
+    max_retry_amplification: float = 1.2  # burst attempts per request
+    max_kv_peak: float | None = None  # None: reported, not gated
+    max_preemptions: int | None = None  # None: reported, not gated
+    max_schedule_lag_s: float = 1.0  # p99 lag (target seconds) beyond which a leg is invalid
 
     def __post_init__(self) -> None:
         for name in ("max_ttft_p95_ratio", "max_tpot_p95_ratio", "max_itl_p95_ratio"):
@@ -44,6 +55,14 @@ class Thresholds:
             raise ValueError("min_slo must be between 0 and 1")
         if self.max_drain_s is not None and self.max_drain_s <= 0:
             raise ValueError("max_drain_s must be > 0")
+        if self.max_itl_jitter_ratio <= 0 or self.max_schedule_lag_s <= 0:
+            raise ValueError("max_itl_jitter_ratio and max_schedule_lag_s must be > 0")
+        if self.max_retry_amplification < 1:
+            raise ValueError("max_retry_amplification must be >= 1 (1 = no retries)")
+        if self.max_kv_peak is not None and not 0 < self.max_kv_peak <= 1:
+            raise ValueError("max_kv_peak must be in (0, 1]")
+        if self.max_preemptions is not None and self.max_preemptions < 0:
+            raise ValueError("max_preemptions must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +82,23 @@ class Check:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
+    """The checks, and why the legs cannot be judged at all (`invalid`, empty when they
+    can). `kind`: steady-vs-burst, or baseline (then `steady` columns hold the baseline
+    run's figures and `burst` columns the new run's)."""
+
     checks: list[Check]
-    thresholds: Thresholds
+    thresholds: Thresholds | Tolerances
     legs: dict[str, str] = field(default_factory=dict)
+    invalid: list[str] = field(default_factory=list)
+    kind: str = "steady-vs-burst"
+
+    @property
+    def valid(self) -> bool:
+        return not self.invalid
 
     @property
     def passed(self) -> bool:
-        return all(c.status not in ("fail", "serious") for c in self.checks)
+        return self.valid and all(c.status not in ("fail", "serious") for c in self.checks)
 
     @property
     def serious(self) -> bool:
@@ -84,7 +113,10 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": COMPARE_SCHEMA,
+            "kind": self.kind,
             "passed": self.passed,
+            "valid": self.valid,
+            "invalid": self.invalid,
             "serious": self.serious,
             "legs": self.legs,
             "thresholds": asdict(self.thresholds),
@@ -221,14 +253,96 @@ def _drain_check(steady: dict[str, Any], burst: dict[str, Any], th: Thresholds) 
     )
 
 
-def _kv_peak(steady: dict[str, Any], burst: dict[str, Any]) -> Check:
-    legs = [server_column(s, KV_METRICS) for s in (steady, burst)]
-    peaks = [float(np.nanmax(col)) if col is not None and col.size else None for col in legs]
-    before, peak = peaks
-    if peak is None:
-        return Check("kv_peak", "KV cache peak usage", before, None, None, "", "n/a", "not scraped")
-    note = "full: the engine preempts or stalls" if peak >= 0.99 else ""
-    return Check("kv_peak", "KV cache peak usage", before, peak, peak, "", "info", note)
+def kv_peak(summary: dict[str, Any]) -> float | None:
+    """The highest KV cache usage scraped (or simulated) in a run; None when not recorded."""
+    col = server_column(summary, KV_METRICS)
+    if col is None or col.size == 0 or np.all(np.isnan(col)):
+        return None
+    return float(np.nanmax(col))
+
+
+def preemptions(summary: dict[str, Any]) -> float | None:
+    """Preemptions during a run: the sim's own count, else the increase of the scraped
+    `vllm:num_preemptions_total` counter; None when neither was recorded."""
+    value = summary.get("preemptions")
+    if isinstance(value, int | float):
+        return float(value)
+    col = server_column(summary, PREEMPTION_METRICS)
+    if col is None or col.size == 0 or np.all(np.isnan(col)):
+        return None
+    return float(np.nanmax(col) - np.nanmin(col))
+
+
+def attempts_per_request(summary: dict[str, Any]) -> float | None:
+    requests = summary.get("requests")
+    if not isinstance(requests, int) or requests == 0:
+        return None
+    attempts = summary.get("attempts")
+    if not isinstance(attempts, int):
+        attempts = requests + int(summary.get("retries") or 0)
+    return attempts / requests
+
+
+def _limit_check(
+    name: str,
+    label: str,
+    steady: float | None,
+    burst: float | None,
+    limit: float | None,
+    fmt: str,
+) -> Check:
+    """Burst figure against an upper limit; reported only (info) when the limit is None."""
+    if burst is None:
+        return Check(name, label, steady, None, None, "", "n/a", "not recorded")
+    if limit is None:
+        return Check(name, label, steady, burst, burst, "", "info", "no limit set")
+    status: Status = "pass" if burst <= limit else "fail"
+    return Check(name, label, steady, burst, burst, f"<= {limit:{fmt}}", status)
+
+
+def _kv_peak(steady: dict[str, Any], burst: dict[str, Any], th: Thresholds) -> Check:
+    check = _limit_check("kv_peak", "KV cache peak usage", kv_peak(steady), kv_peak(burst),
+                         th.max_kv_peak, ".0%")  # fmt: skip
+    if check.burst is not None and check.burst >= 0.99 and check.status != "fail":
+        note = "full: the engine preempts or stalls"
+        return Check(**{**asdict(check), "note": note})
+    return check
+
+
+def _jitter(summary: dict[str, Any]) -> float | None:
+    """ITL p99 over its mean: the mean, not the p50, since tokens that reach the client in
+    one read have zero gaps, and a p50 of zero makes the ratio meaningless."""
+    block = summary.get("itl_s")
+    if not isinstance(block, dict) or not block.get("mean") or block.get("p99") is None:
+        return None
+    return float(block["p99"]) / float(block["mean"])
+
+
+def _jitter_check(steady: dict[str, Any], burst: dict[str, Any], th: Thresholds) -> Check:
+    """ITL jitter (p99/mean) of the burst leg over the steady leg's: a stall in the token
+    stream (a long prefill in the batch, a preemption) shows in the spread before the p95."""
+    name, label = "itl_jitter_ratio", "ITL jitter (p99/mean) burst/steady"
+    s, b = _jitter(steady), _jitter(burst)
+    if s is None or b is None:
+        limit = f"<= {th.max_itl_jitter_ratio:g}x"
+        return Check(name, label, s, b, None, limit, "n/a", "no ITL in a leg (not streamed)")
+    return _ratio_check(name, label, s, b, th.max_itl_jitter_ratio)
+
+
+def schedule_lag_problems(legs: dict[str, dict[str, Any]], limit_s: float) -> list[str]:
+    """Why a leg cannot be judged: its p99 schedule lag (client late against its own
+    schedule) over `limit_s`, so the server was offered less, later, than intended."""
+    out = []
+    for name, summary in legs.items():
+        block = summary.get("schedule_lag_s")
+        lag = block.get("p99") if isinstance(block, dict) else None
+        if isinstance(lag, int | float) and lag > limit_s:
+            out.append(
+                f"{name} leg: schedule lag p99 {lag:.3f} s > {limit_s:g} s: the client was "
+                "the bottleneck (sent late), not the server; rerun with a lower rate or "
+                "--speedup, or on a less loaded machine"
+            )
+    return out
 
 
 def _rate_check(steady: dict[str, Any], burst: dict[str, Any]) -> Check:
@@ -265,10 +379,102 @@ def compare(
             _p95(burst, "itl_s"),
             th.max_itl_p95_ratio,
         ),
+        _jitter_check(steady, burst, th),
         _slo_check("slo_steady", "SLO attainment, steady", steady.get("slo_attainment"), th),
         _slo_check("slo_burst", "SLO attainment, burst", burst.get("slo_attainment"), th),
         _drain_check(steady, burst, th),
-        _kv_peak(steady, burst),
+        _limit_check("retry_amplification", "attempts per request",
+                     attempts_per_request(steady), attempts_per_request(burst),
+                     th.max_retry_amplification, "g"),
+        _kv_peak(steady, burst, th),
+        _limit_check("preemptions", "preemptions", preemptions(steady), preemptions(burst),
+                     th.max_preemptions, "g"),
         _rate_check(steady, burst),
-    ]
-    return Verdict(checks=checks, thresholds=th, legs=dict(legs or {}))
+    ]  # fmt: skip
+    invalid = schedule_lag_problems({"steady": steady, "burst": burst}, th.max_schedule_lag_s)
+    return Verdict(checks=checks, thresholds=th, legs=dict(legs or {}), invalid=invalid)
+
+
+@dataclass(frozen=True, slots=True)
+class Tolerances:
+    """How much worse a new release's burst leg may be than its baseline's: `latency` as a
+    fraction of the baseline's P95 TTFT/TPOT/ITL/E2E and of its throughput, `slo` in
+    points of attainment, `drain_s` seconds of extra queue drain, `preemptions` extra."""
+
+    latency: float = 0.10
+    slo: float = 0.02
+    drain_s: float = 1.0
+    preemptions: float = 0.0
+    max_schedule_lag_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("latency", "slo", "drain_s", "preemptions"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"tolerance {name} must be >= 0")
+        if self.max_schedule_lag_s <= 0:
+            raise ValueError("max_schedule_lag_s must be > 0")
+
+
+def _worse(
+    name: str,
+    label: str,
+    old: float | None,
+    new: float | None,
+    allowed: float | None,
+    limit: str,
+    higher_is_worse: bool = True,
+) -> Check:
+    if old is None and new is None:
+        return Check(name, label, None, None, None, limit, "n/a", "in neither run")
+    if old is None or new is None:
+        which = "baseline" if old is None else "new run"
+        return Check(name, label, old, new, None, limit, "n/a", f"not in the {which}")
+    assert allowed is not None
+    ok = new <= allowed if higher_is_worse else new >= allowed
+    return Check(name, label, old, new, new, limit, "pass" if ok else "fail")
+
+
+def _worst_drain(summary: dict[str, Any]) -> float | None:
+    waiting = server_column(summary, QUEUE_METRICS)
+    if waiting is None:
+        return None
+    t = np.asarray(summary["server_series"]["t"], dtype=np.float64)
+    return max(queue_drain(t, np.nan_to_num(waiting), 0.0).drain_s, default=0.0)
+
+
+def compare_baseline(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    tolerances: Tolerances | None = None,
+    legs: dict[str, str] | None = None,
+) -> Verdict:
+    """The release gate: the new burst leg may be at most `tolerances` worse than the
+    baseline's on P95 TTFT, TPOT, ITL and E2E, throughput, SLO attainment, queue drain
+    and preemptions."""
+    tol = tolerances or Tolerances()
+    up = 1 + tol.latency
+    checks = []
+    for key, label in (("ttft_s", "P95 TTFT"), ("tpot_s", "P95 TPOT"), ("itl_s", "P95 ITL"),
+                       ("e2e_s", "P95 E2E")):  # fmt: skip
+        o, n = _p95(old, key), _p95(new, key)
+        checks.append(_worse(f"{key[:-2]}_p95_regression", label, o, n,
+                             None if o is None else o * up, f"<= {up:g}x baseline"))  # fmt: skip
+    o, n = old.get("output_tokens_per_s"), new.get("output_tokens_per_s")
+    checks.append(_worse("throughput_regression", "output tokens/s", o, n,
+                         None if o is None else o * (1 - tol.latency),
+                         f">= {1 - tol.latency:g}x baseline", higher_is_worse=False))  # fmt: skip
+    o, n = old.get("slo_attainment"), new.get("slo_attainment")
+    checks.append(_worse("slo_regression", "SLO attainment", o, n,
+                         None if o is None else o - tol.slo, f">= baseline - {tol.slo:g}",
+                         higher_is_worse=False))  # fmt: skip
+    o, n = _worst_drain(old), _worst_drain(new)
+    checks.append(_worse("drain_regression", "worst queue drain", o, n,
+                         None if o is None else o + tol.drain_s,
+                         f"<= baseline + {tol.drain_s:g} s"))  # fmt: skip
+    o, n = preemptions(old), preemptions(new)
+    checks.append(_worse("preemptions_regression", "preemptions", o, n,
+                         None if o is None else o + tol.preemptions,
+                         f"<= baseline + {tol.preemptions:g}"))  # fmt: skip
+    invalid = schedule_lag_problems({"baseline": old, "new": new}, tol.max_schedule_lag_s)
+    return Verdict(checks=checks, thresholds=tol, legs=dict(legs or {}), invalid=invalid,
+                   kind="baseline")  # fmt: skip

@@ -69,3 +69,17 @@ def check_target(target: str, model: str | None) -> tuple[str, str]:
         listed = ", ".join(models) or "none"
         raise UserError(f"model {model!r} is not served by {base} (it serves: {listed})")
     return base, model
+
+
+def serves_metrics(base: str, timeout_s: float = 3.0) -> bool:
+    """True when GET /metrics answers Prometheus text with a series bench records (an
+    engine's or the gateway's), so a scenario can scrape it without being asked to."""
+    from burstguard.scrape import DEFAULT_SERIES, parse_metrics
+
+    try:
+        with urllib.request.urlopen(f"{base}/metrics", timeout=timeout_s) as resp:
+            text = resp.read(8 << 20).decode("utf-8")
+        samples = parse_metrics(text, only=DEFAULT_SERIES)
+    except (urllib.error.URLError, OSError, ValueError, UnicodeDecodeError):
+        return False
+    return bool(samples)

@@ -1,4 +1,5 @@
-"""The load generator: open loop at absolute scheduled times, or closed loop of N users.
+"""The load generator: open loop at absolute scheduled times, closed loop of N users, or
+the seed script's closed burst cycle (`workload.cycle`).
 
 Open loop: every request is sent at `origin + arrival / speedup` on the monotonic clock, so
 lateness never accumulates, and each record keeps its scheduled and actual send time — the
@@ -33,8 +34,9 @@ from burstguard.bench import stream
 from burstguard.bench.payload import Api, PayloadBuilder
 from burstguard.bench.records import RecordWriter, RequestRecord
 from burstguard.bench.summary import Slo, summarize, write_summary
-from burstguard.client.retry import RetryBudget, RetryPolicy
+from burstguard.client.retry import RetryBudget, RetryPolicy, retry_headers
 from burstguard.scrape import MetricsPoller
+from burstguard.workload.cycle import BurstCycle, CycleSpec
 from burstguard.workload.spec import RequestSpec, Workload
 
 SLEEP_SLICE_S = 0.25
@@ -43,7 +45,8 @@ SLEEP_SLICE_S = 0.25
 
 @dataclass
 class BenchConfig:
-    """One bench leg. `concurrency` set -> closed loop for `duration_s`; else open loop."""
+    """One bench leg. `concurrency` set -> closed loop for `duration_s`; `cycle` set ->
+    the seed's burst cycle; else open loop."""
 
     target: str
     model: str
@@ -68,6 +71,7 @@ class BenchConfig:
     seed: int = 0
     max_connections: int = 0
     label: str = "bench"
+    cycle: CycleSpec | None = None
 
 
 def _us(seconds: float) -> float:
@@ -118,6 +122,7 @@ class _Run:
         self.tasks: set[asyncio.Task[None]] = set()
         self.origin = 0.0
         self.session: aiohttp.ClientSession | None = None
+        self.cycle: BurstCycle | None = None
 
     # --- time -------------------------------------------------------------------------
     def target_s(self, wall: float) -> float:
@@ -148,7 +153,8 @@ class _Run:
             while True:
                 assert self.session is not None
                 attempt = await stream.send(
-                    self.session, self.base + path, data, headers,
+                    self.session, self.base + path, data,
+                    {**headers, **retry_headers(record.retries)},
                     stream=cfg.stream, timeout_s=cfg.timeout_s,
                 )  # fmt: skip
                 if first is None:
@@ -170,7 +176,8 @@ class _Run:
                 record.attempts.append(
                     {"sent_s": self.target_s(attempt.started), "status": attempt.status,
                      "error": attempt.error, "retry_after_s": attempt.retry_after_s,
-                     "delay_s": decision.delay_s, "detail": attempt.detail}
+                     "delay_s": decision.delay_s, "detail": attempt.detail,
+                     "retry_s": _us(self.target_s(time.monotonic() + decision.delay_s))}
                 )  # fmt: skip
                 record.retries += 1
                 self.live.retries += 1
@@ -206,10 +213,11 @@ class _Run:
             if len(self.live.recent_ttft) > 400:
                 del self.live.recent_ttft[:200]
 
-    def spawn(self, spec: RequestSpec, index: int, scheduled_s: float) -> None:
+    def spawn(self, spec: RequestSpec, index: int, scheduled_s: float) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(self.request(spec, index, scheduled_s))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        return task
 
     # --- loops ------------------------------------------------------------------------
     async def open_loop(self, workload: Workload, end_s: float | None) -> None:
@@ -247,6 +255,28 @@ class _Run:
             self.spawn_user(user(self.origin + ramp * u / users))
         while self.tasks and not self.stop.is_set() and time.monotonic() < end:
             await asyncio.sleep(min(SLEEP_SLICE_S, max(0.0, end - time.monotonic())))
+
+    async def burst_cycle(self, workload: Workload, cycle: BurstCycle) -> None:
+        """A burst at once, wait until all of it has finished, idle, the next burst."""
+        k = self.config.speedup
+        n = 0
+        burst = cycle.first()
+        while burst is not None:
+            await self.sleep_until(self.origin + burst.start_s / k)
+            if self.stop.is_set():
+                break
+            pending = set()
+            for i in range(burst.size):
+                spec = dataclasses.replace(
+                    workload.spec(n % len(workload)), id=f"b{burst.index}-{i}"
+                )
+                pending.add(self.spawn(spec, n, burst.start_s))
+                n += 1
+            while pending and not self.stop.is_set():
+                _, pending = await asyncio.wait(pending, timeout=SLEEP_SLICE_S)
+            if self.stop.is_set():
+                break
+            burst = cycle.next(self.target_s(time.monotonic()))
 
     def spawn_user(self, user: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(user)
@@ -286,6 +316,8 @@ async def _run(
     config: BenchConfig, workload: Workload, writer: RecordWriter, reporter: Reporter | None
 ) -> tuple[_Run, MetricsPoller | None, bool]:
     run = _Run(config, writer, reporter)
+    cycle = BurstCycle(config.cycle) if config.cycle is not None else None
+    run.cycle = cycle
     loop = asyncio.get_running_loop()
     installed = []
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -309,7 +341,9 @@ async def _run(
         poller.start()
     progress = loop.create_task(run.progress())
     try:
-        if config.concurrency:
+        if cycle is not None:
+            await run.burst_cycle(workload, cycle)
+        elif config.concurrency:
             await run.closed_loop(workload, config.concurrency, config.duration_s or 60.0)
         else:
             await run.open_loop(workload, config.duration_s)
@@ -345,7 +379,7 @@ def run_bench(
     records_path.unlink(missing_ok=True)
     with RecordWriter(records_path) as writer, asyncio.Runner(loop_factory=_new_loop) as runner:
         run, poller, interrupted = runner.run(_run(config, workload, writer, reporter))
-    if config.concurrency:
+    if config.concurrency or config.cycle:
         duration = config.duration_s or 60.0
     else:
         duration = config.duration_s or (float(workload.arrival_s[-1]) if len(workload) else 0.0)
@@ -355,7 +389,7 @@ def run_bench(
         "model": config.model,
         "api": config.api,
         "stream": config.stream,
-        "mode": "closed" if config.concurrency else "open",
+        "mode": "cycle" if config.cycle else "closed" if config.concurrency else "open",
         "concurrency": config.concurrency,
         "speedup": config.speedup,
         "retry": dataclasses.asdict(config.retry),
@@ -363,6 +397,8 @@ def run_bench(
         "interrupted": interrupted,
         "workload": {"source": workload.source, **{k: v for k, v in workload.meta.items()}},
     }
+    if run.cycle is not None:
+        extra["cycle"] = run.cycle.log
     if poller is not None:
         series = poller.series()
         series["t"] = [t * config.speedup for t in series["t"]]

@@ -5,7 +5,8 @@ retries by default, a server's Retry-After honoured as the minimum wait, and an 
 retry budget so retries can never exceed a fixed share of the traffic. `immediate` exists to
 reproduce the storm: every failure is retried at once. Pure decisions (`RetryPolicy.decide`)
 plus one small async helper (`call_with_retries`) that applications can use with any HTTP
-library.
+library. Every try says which try it is in `RETRY_COUNT_HEADER`, so a server (the gateway's
+`burstguard_retried_requests_total`) can tell retries from new requests.
 """
 
 from __future__ import annotations
@@ -23,8 +24,16 @@ RetryMode = Literal["none", "immediate", "exponential"]
 RETRY_MODES: tuple[RetryMode, ...] = ("none", "immediate", "exponential")
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 RETRYABLE_ERRORS = frozenset({"timeout", "connection_refused", "connection_error", "stream_broken"})
+RETRY_COUNT_HEADER = "x-stainless-retry-count"
+"""Retries made before this try ("0" on the first): the header the official OpenAI and
+Anthropic SDKs send on every request, reused so one name covers SDK and burstguard clients."""
 
 T = TypeVar("T")
+
+
+def retry_headers(retries: int) -> dict[str, str]:
+    """The header a try carries after `retries` earlier tries of the same request."""
+    return {RETRY_COUNT_HEADER: str(retries)}
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -145,15 +154,16 @@ class RetryableFailure(Exception):
 
 
 async def call_with_retries(
-    send: Callable[[], Awaitable[T]],
+    send: Callable[[dict[str, str]], Awaitable[T]],
     policy: RetryPolicy | None = None,
     *,
     budget: RetryBudget | None = None,
     rng: random.Random | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> T:
-    """Calls `send` until it returns, retrying RetryableFailure as the policy says; the last
-    failure is re-raised when the policy gives up."""
+    """Calls `send(headers)` until it returns, retrying RetryableFailure as the policy says;
+    the last failure is re-raised when the policy gives up. `headers` (`retry_headers`) are
+    for `send` to add to its request, so the server can count the retries."""
     policy = policy or RetryPolicy()
     rng = rng or random.Random()
     if budget is not None:
@@ -161,7 +171,7 @@ async def call_with_retries(
     attempt = 0
     while True:
         try:
-            return await send()
+            return await send(retry_headers(attempt))
         except RetryableFailure as failure:
             decision = policy.decide(
                 attempt, status=failure.status, error=failure.error,

@@ -101,15 +101,17 @@ def burst(
     burst_size: str = "60-90", idle: str = "4-6", seed: int = 0,
 ) -> None:  # fmt: skip
     """The seed's burst pattern through the gateway and, at half the rate, straight at the
-    second engine; returns when both bench runs have finished (bounded by their timeout)."""
+    second engine; returns when both bench runs have finished (bounded by their timeout).
+    The gateway's clients retry once within 2 s, not waiting the Retry-After (up to minutes
+    for batch, which would outlast the burst): the retry series get data in the burst."""
     common = ["--pattern", "burst", "--duration", str(duration_s), "--burst-size", burst_size,
               "--idle", idle, "--seed", str(seed), "--prompt-tokens", "uniform:200-1500",
               "--output-tokens", "uniform:50-300", "--timeout", "60", "--quiet",
               "--force"]  # fmt: skip
-    legs = [
-        (stack.gateway_url, rate, ["--classes", "interactive=0.4,standard=0.4,batch=0.2"]),
-        (stack.engine_urls[1], rate / 2, []),
-    ]
+    gateway_clients = ["--classes", "interactive=0.4,standard=0.4,batch=0.2",
+                       "--retry", "exponential", "--max-retries", "1", "--retry-cap", "2",
+                       "--ignore-retry-after"]  # fmt: skip
+    legs = [(stack.gateway_url, rate, gateway_clients), (stack.engine_urls[1], rate / 2, [])]
     procs = []
     for i, (url, r, extra) in enumerate(legs):
         argv = [*BURSTGUARD, "bench", "--target", url, "--rate", str(r),

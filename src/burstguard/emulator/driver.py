@@ -183,6 +183,7 @@ class EngineDriver:
             handle = handles.get(request_id)
             if handle is not None and handle.scheduled_s is None:
                 handle.scheduled_s = result.start_s
+        metrics.step_tokens.observe(result.num_prefill_tokens + result.num_decode_seqs)
         t = result.end_s
         for request_id, produced in result.tokens:
             handle = handles.get(request_id)

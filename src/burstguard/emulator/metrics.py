@@ -84,6 +84,8 @@ REQUEST_BUCKETS = (
     1920.0,
     7680.0,
 )
+# vLLM's `vllm:iteration_tokens_total` buckets: tokens computed by one engine step
+STEP_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -160,6 +162,11 @@ class EmulatorMetrics:
             "vllm:request_queue_time_seconds",
             "Histogram of time spent in WAITING phase for request.",
             REQUEST_BUCKETS,
+        ).labels(model_name)
+        self.step_tokens = hist(
+            "vllm:iteration_tokens_total",
+            "Histogram of number of tokens per engine_step.",
+            STEP_TOKEN_BUCKETS,
         ).labels(model_name)
         self._success = Counter(
             "vllm:request_success",

@@ -116,6 +116,10 @@ class EngineCore:
     def has_unfinished(self) -> bool:
         return bool(self.requests)
 
+    @property
+    def num_preemptions(self) -> int:
+        return self._preemptions
+
     def add_request(self, req: EngineRequest, now: float) -> None:
         """Queues a request; raises RequestRejected when it can never run."""
         if req.id in self.requests:

@@ -85,6 +85,43 @@ class ListenConfig(_Strict):
     port: int = Field(8080, ge=0, le=65535)
 
 
+class LimitsConfig(_Strict):
+    """What one client may hold of the gateway: bytes, time, connections, all before any
+    authentication (docs/gateway.md, "Limits and timeouts", says what a client gets when
+    one trips and which metric counts it)."""
+
+    max_connections: int = Field(
+        4096, ge=1, description="open client connections; one more is accepted and closed at once"
+    )
+    max_head_bytes: int = Field(
+        64 * 1024, ge=1024, description="request line and headers (431 beyond)"
+    )
+    max_header_lines: int = Field(100, ge=1, description="header lines per request (431 beyond)")
+    max_pipelined: int = Field(
+        16, ge=1, description="requests parsed ahead of their turn on one connection; what "
+        "follows waits unparsed (and unread) until they are served",
+    )  # fmt: skip
+    head_timeout_s: float = Field(
+        30.0, gt=0, description="a request head, from its first byte (or the connection's "
+        "opening) to its end (408 and close)",
+    )  # fmt: skip
+    body_timeout_s: float = Field(
+        60.0, gt=0, description="a request body, from the end of its head (408 and close)"
+    )
+    keep_alive_s: float = Field(
+        75.0, gt=0, description="an idle keep-alive connection is closed after this; longer "
+        "than clients' own pools keep theirs (aiohttp: 15 s), so they close first",
+    )  # fmt: skip
+    send_timeout_s: float = Field(
+        60.0, gt=0, description="longest a client may leave its answer unread (its socket "
+        "full); then the connection is cut and a stream's upstream aborted (nginx send_timeout)",
+    )  # fmt: skip
+    linger_s: float = Field(
+        2.0, ge=0, description="after an error that closes the connection, how long what the "
+        "client still sends is read and dropped, so it reads the answer instead of a reset",
+    )  # fmt: skip
+
+
 class PolicyConfig(_Strict):
     """Ordering: strict classes (or one shared queue), the order within a class, fairness."""
 
@@ -143,6 +180,10 @@ class PredictorConfig(_Strict):
         1.0, gt=0, le=1, description="predicted share of max_tokens with no history"
     )
     default_max_tokens: int = Field(1024, ge=1, description="assumed when max_tokens is absent")
+    max_history_keys: int = Field(
+        10_000, ge=8, description="history keys kept, least recently used dropped first "
+        "(tenants may come from a client header: their number is the client's to choose)",
+    )  # fmt: skip
 
 
 class AutoscalerConfig(_Strict):
@@ -197,6 +238,7 @@ class GatewayConfig(_Strict):
     """The whole gateway: where to listen, backends, keys, classes, policy, admission."""
 
     listen: ListenConfig = ListenConfig()
+    limits: LimitsConfig = LimitsConfig()
     backends: tuple[BackendConfig, ...] = ()
     api_keys: tuple[ApiKeyConfig, ...] = ()
     max_body_bytes: int = Field(1 << 20, ge=1024)

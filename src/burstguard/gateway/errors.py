@@ -8,18 +8,22 @@ backend failure, 503 no backend, 504 a backend timeout. Never a traceback.
 from __future__ import annotations
 
 import contextlib
-import json
+import logging
 import math
 from typing import Any
 
+import orjson
+
 from burstguard.gateway.http import Header, Responder
 from burstguard.gateway.upstream import Unreachable, UpstreamError, UpstreamTimeout
+
+log = logging.getLogger("burstguard.gateway")
 
 JSON_HEADER = ("content-type", "application/json")
 
 
 def json_bytes(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
+    return orjson.dumps(obj)  # no recursion limit to hit on a deeply nested client body
 
 
 def send_json(resp: Responder, status: int, obj: Any, headers: tuple[Header, ...] = ()) -> None:
@@ -51,24 +55,27 @@ SHED_MESSAGES = {
 
 def send_shed(
     resp: Responder, cls: str, reason: str | None, retry_s: float | None, rid: str
-) -> None:
-    """429 with Retry-After (wall seconds) for a request the core shed."""
+) -> int:
+    """429 with Retry-After (wall seconds) for a request the core shed; returns the
+    Retry-After sent, in seconds."""
     header = retry_after_header(retry_s)
     msg = SHED_MESSAGES.get(reason or "", "overloaded").format(cls=cls)
     send_error(resp, 429, f"{msg}; retry after {header} s", "rate_limit_exceeded", reason,
                (("retry-after", header), ("x-request-id", rid)))  # fmt: skip
+    return int(header)
 
 
 def upstream_error(status: int, body: bytes) -> tuple[int, dict[str, Any]]:
     """The status and OpenAI-shaped body a client gets for a backend's non-200 answer.
 
     Client errors (4xx) keep their status and, when the backend already sent OpenAI's
-    shape, its body; server errors become 502 (503 stays 503), naming the backend status.
+    shape, its body; server errors become 502 (503 stays 503), naming only the backend
+    status: what a failing backend says (a traceback, its paths) is logged, not passed on.
     """
     message = body.decode("utf-8", "replace").strip()[:500] or f"HTTP {status}"
     err: dict[str, Any] = {}
     with contextlib.suppress(ValueError, AttributeError):
-        data = json.loads(body)
+        data = orjson.loads(body)
         if isinstance(data, dict) and isinstance(data.get("error"), dict):
             err = dict(data["error"])
         elif isinstance(data, dict) and "message" in data:  # vLLM's older {"object": "error"}
@@ -82,9 +89,9 @@ def upstream_error(status: int, body: bytes) -> tuple[int, dict[str, Any]]:
         }
         return status, {"error": out}
     mapped = 503 if status == 503 else 502
-    text = str(err.get("message") or message)
+    log.warning("backend answered HTTP %d: %s", status, err.get("message") or message)
     out = {
-        "message": f"backend answered HTTP {status}: {text}",
+        "message": f"backend answered HTTP {status}",
         "type": "upstream_error",
         "param": None,
         "code": f"backend_{status}",
@@ -93,9 +100,11 @@ def upstream_error(status: int, body: bytes) -> tuple[int, dict[str, Any]]:
 
 
 def transport_error(exc: UpstreamError) -> tuple[int, str, str]:
-    """(status, message, code) for a failure to talk to the backend."""
+    """(status, message, code) for a failure to talk to the backend. The details (its
+    address, the OS error) are logged, not told to the client."""
+    log.warning("backend failed: %s", exc)
     if isinstance(exc, UpstreamTimeout):
-        return 504, f"the backend did not answer in time ({exc})", "backend_timeout"
+        return 504, "the backend did not answer in time", "backend_timeout"
     if isinstance(exc, Unreachable):
-        return 503, f"backend unreachable: {exc}", "backend_unreachable"
-    return 502, f"backend connection failed: {exc}", "backend_error"
+        return 503, "the backend is unreachable", "backend_unreachable"
+    return 502, "the backend connection failed", "backend_error"

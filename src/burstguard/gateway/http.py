@@ -6,9 +6,12 @@ Through ASGI each one crossed a stream reader, a task wake-up and four `send` wr
 (~40 us of gateway CPU per chunk, docs/gateway.md "Overhead benchmark"); here the upstream
 protocol's callback writes the chunk to the client transport directly. The server keeps
 what a proxy needs and nothing more: keep-alive (and pipelined requests, answered in
-order), body size limits decided from the headers, `Expect: 100-continue`, a handler task
-per request that is cancelled when its client hangs up, write flow control exposed to the
-handler, idle timeouts and a graceful stop.
+order), body size limits decided from the headers, `Expect: 100-continue` (sent when the
+request's turn comes and its head passes the gateway's checks), a handler task per request
+that is cancelled when its client hangs up, flow control both ways (reading pauses while
+the client's answers back up; writing tells the handler), the limits and timeouts a server
+facing unknown clients needs (`LimitsConfig`), a lingering close after an error and a
+graceful stop.
 
 Streams are written chunk by chunk, but no more often than once per flush interval each
 (`Responder.write_soon`): a chunk that comes sooner after the stream's last write is held
@@ -32,19 +35,20 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import cast
+from typing import NoReturn, cast
 
 import httptools
 
+from burstguard.gateway.config import LimitsConfig
+
 log = logging.getLogger("burstguard.gateway")
 
-MAX_HEAD_BYTES = 64 * 1024
-MAX_PIPELINED = 16
 _REASONS = {
     100: "Continue", 200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-    405: "Method Not Allowed", 413: "Payload Too Large", 429: "Too Many Requests",
-    431: "Request Header Fields Too Large", 500: "Internal Server Error", 502: "Bad Gateway",
-    503: "Service Unavailable", 504: "Gateway Timeout",
+    405: "Method Not Allowed", 408: "Request Timeout", 413: "Payload Too Large",
+    429: "Too Many Requests", 431: "Request Header Fields Too Large",
+    500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable",
+    504: "Gateway Timeout",
 }  # fmt: skip
 
 Header = tuple[str, str]
@@ -60,7 +64,7 @@ class HttpRequest:
     body: bytes = b""
     oversize: bool = False  # the body exceeds the server's limit (answer 413)
     keep_alive: bool = True
-    error: tuple[int, str] | None = None  # not parsable: the status and message to answer
+    error: tuple[int, str, str] | None = None  # refused unread: (status, message, code)
     http11: bool = True
     received: float = 0.0  # time.monotonic() when its last byte was parsed
     _chunks: list[bytes] = field(default_factory=list)
@@ -105,6 +109,11 @@ class Responder:
     @property
     def paused(self) -> bool:
         return self._conn.write_paused
+
+    @property
+    def stalled(self) -> bool:
+        """The client was cut for leaving its answer unread past the send timeout."""
+        return self._conn.stalled
 
     def _head(self, status: int, headers: Iterable[Header], extra: str) -> bytes:
         self.started = True
@@ -208,40 +217,78 @@ class Flusher:
 
 Handler = Callable[[HttpRequest, Responder], Awaitable[None]]
 ErrorWriter = Callable[[Responder, int, str, str], None]
+Refusal = tuple[int, str, str]
+"""(status, message, error code) of an answer refused before its body is read."""
+HeadCheck = Callable[[HttpRequest], Refusal | None]
+
+# What the connection's one timer waits for (`HttpConnection._expect`).
+_IDLE, _HEAD, _BODY = "idle", "head", "body"
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_SLICE = 4096  # a larger read is parsed in slices of this, to stop at max_pipelined
 
 
 class HttpConnection(asyncio.Protocol):
-    """One client connection: parses requests and runs their handlers one at a time."""
+    """One client connection: parses requests and runs their handlers one at a time.
+
+    Nothing a client sends or leaves unread is held without bound (docs/gateway.md,
+    "Limits and timeouts"): reading pauses while the client's answers back up or a request
+    waits its turn, so bytes stay in the kernel, not here; a head is counted as it is fed,
+    complete or not; one timer per connection holds the head, body and idle deadlines, and
+    one more (armed only while the socket is full) the send timeout.
+    """
 
     def __init__(self, server: HttpServer) -> None:
         self._server = server
         self._loop = server.loop
         self.flusher = server.flusher
+        limits = server.limits  # the ones read per request, as plain attributes
+        self._max_head, self._max_lines = limits.max_head_bytes, limits.max_header_lines
+        self._head_timeout_s, self._body_timeout_s = limits.head_timeout_s, limits.body_timeout_s
+        self._keep_alive_s = limits.keep_alive_s
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._req: HttpRequest | None = None  # being parsed
         self._url = b""
-        self._head_bytes = 0
+        self._head_bytes = 0  # of the current head, counted by the parser's callbacks
+        self._head_lines = 0
+        self._head_fed = 0  # bytes fed since the last complete head, outside any body
+        self._in_message = False  # the parser is between a message's first and last byte
+        self._in_body = False
         self._ready: deque[HttpRequest] = deque()  # parsed, waiting to be handled
+        self._unparsed = b""  # read while max_pipelined requests waited: parsed after them
+        self._continue: HttpRequest | None = None  # expects 100 Continue, not yet sent
         self._task: asyncio.Task[None] | None = None
         self._responder: Responder | None = None
-        self._idle: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._waiting_for: str | None = None
+        self._deadline = math.inf
+        self._stall: asyncio.TimerHandle | None = None
+        self._read_paused = False
         self._broken = False  # stop parsing (bad request, oversize): close after answering
+        self._lingering = False
         self.closed = False
+        self.stalled = False  # cut because the client left its answer unread too long
         self.write_paused = False
 
     # -- transport events -----------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
-        self._server.connections.add(self)
-        self._arm_idle()
+        server = self._server
+        if len(server.connections) >= server.limits.max_connections:
+            self.closed = True
+            server.on_limit("max_connections")
+            self._transport.close()
+            return
+        server.connections.add(self)
+        self._expect(_HEAD, self._head_timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._server.connections.discard(self)
-        if self._idle is not None:
-            self._idle.cancel()
+        for timer in (self._timer, self._stall):
+            if timer is not None:
+                timer.cancel()
         resp = self._responder
         if resp is not None and not resp.finished:
             if self._task is not None and not self._task.done():
@@ -254,54 +301,93 @@ class HttpConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.write_paused = True
+        self._stall = self._loop.call_later(self._server.limits.send_timeout_s, self._stalled)
+        self._flow()
 
     def resume_writing(self) -> None:
         self.write_paused = False
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
         if self._responder is not None and self._responder.on_writable is not None:
             self._responder.on_writable()
+        self._next()
+        self._flow()
 
     def data_received(self, data: bytes) -> None:
-        if self._idle is not None:
-            self._idle.cancel()
-            self._idle = None
-        if self._broken:
+        if self._broken:  # answering an error, or lingering: the rest is dropped
             return
+        if len(data) <= _SLICE:
+            self._parse(data)
+        else:
+            self._feed(data)
+        if self._continue is not None:
+            self._send_continue()
+        self._next()
+        self._flow()
+
+    def _feed(self, data: bytes | memoryview) -> None:
+        """Parses a large read a slice at a time, and stops once `max_pipelined` requests
+        wait their turn: the rest is kept unparsed until they are served (reading is paused
+        meanwhile), so many pipelined requests in one read are queued, not refused."""
+        view, limit = memoryview(data), self._server.limits.max_pipelined
+        for at in range(0, len(view), _SLICE):
+            if len(self._ready) >= limit:
+                self._unparsed = bytes(view[at:])
+                return
+            self._parse(view[at : at + _SLICE])
+            if self._broken:
+                return
+
+    def _parse(self, data: bytes | memoryview) -> None:
+        if not self._in_body:
+            self._head_fed += len(data)  # reset when a head completes in this feed
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._bad(400, "protocol upgrades are not supported")
+            self._bad(400, "protocol upgrades are not supported", "bad_http")
         except httptools.HttpParserError as exc:
             if not self._broken:
-                self._bad(400, f"malformed HTTP request: {exc}")
-        self._next()
-        if not self.busy:  # part of a request: it too must come within the idle timeout
-            self._arm_idle()
+                self._bad(400, f"malformed HTTP request: {exc}", "bad_http")
+        if self._head_fed > self._max_head and not self._in_body and not self._broken:
+            self._bad(431, f"request head larger than {self._max_head} bytes", "head_too_large")
 
     # -- parser callbacks -----------------------------------------------------------
 
     def on_message_begin(self) -> None:
         self._url = b""
-        self._head_bytes = 0
+        self._head_bytes = self._head_lines = 0
+        self._in_message = True
         self._req = HttpRequest("", "", {})
+        self._expect(_HEAD, self._head_timeout_s)
 
     def on_url(self, url: bytes) -> None:
         self._url += url
-        self._count_head(len(url))
+        self._head_bytes += len(url)
+        if self._head_bytes > self._max_head:
+            self._head_too_large()
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_head(len(name) + len(value))
+        self._head_bytes += len(name) + len(value)
+        self._head_lines += 1
+        if self._head_bytes > self._max_head or self._head_lines > self._max_lines:
+            self._head_too_large()
         assert self._req is not None
         self._req.headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
 
-    def _count_head(self, n: int) -> None:
-        self._head_bytes += n
-        if self._head_bytes > MAX_HEAD_BYTES:
-            self._bad(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
-            raise httptools.HttpParserError("head too large")
+    def _head_too_large(self) -> NoReturn:
+        if self._head_lines > self._max_lines:
+            self._bad(431, f"more than {self._max_lines} header lines", "too_many_headers")
+        else:
+            self._bad(431, f"request head larger than {self._max_head} bytes", "head_too_large")
+        raise httptools.HttpParserError("head too large")
 
     def on_headers_complete(self) -> None:
         req = self._req
         assert req is not None
+        self._head_fed = 0
+        self._in_body = True
+        self._expect(_BODY, self._body_timeout_s)
         req.method = self._parser.get_method().decode("latin-1")
         req.path = httptools.parse_url(self._url).path.decode("latin-1") if self._url else "/"
         req.keep_alive = bool(self._parser.should_keep_alive())
@@ -310,10 +396,10 @@ class HttpConnection(asyncio.Protocol):
         declared = req.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             req.oversize = True
-        elif req.headers.get("expect", "").lower() == "100-continue" and self._transport:
-            self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        if req.oversize:  # answer now; the body that follows is not read
-            self._deliver(req, broken=True)
+            self._server.on_limit("body_too_large")
+            self._deliver(req, broken=True)  # answered now; the body that follows is not read
+        elif req.headers.get("expect", "").lower() == "100-continue":
+            self._continue = req  # sent when its turn comes and the head passes its checks
 
     def on_body(self, body: bytes) -> None:
         req = self._req
@@ -322,14 +408,19 @@ class HttpConnection(asyncio.Protocol):
         req._size += len(body)
         if req._size > self._server.max_body_bytes:
             req.oversize = True
+            self._server.on_limit("body_too_large")
             self._deliver(req, broken=True)
             raise httptools.HttpParserError("body too large")
         req._chunks.append(body)
 
     def on_message_complete(self) -> None:
+        self._in_message = self._in_body = False
+        self._waiting_for, self._deadline = None, math.inf
         req = self._req
         if req is None or req.oversize:
             return
+        if self._continue is req:
+            self._continue = None  # the client sent its body without waiting for 100
         req.body = b"".join(req._chunks)
         req._chunks = []
         req.received = time.monotonic()
@@ -340,21 +431,106 @@ class HttpConnection(asyncio.Protocol):
         if broken:
             req.keep_alive = False
             self._broken = True
-        if len(self._ready) >= MAX_PIPELINED:
-            self._bad(400, f"more than {MAX_PIPELINED} pipelined requests")
-            return
         self._ready.append(req)
 
-    def _bad(self, status: int, message: str) -> None:
-        """A request that cannot be parsed: answered (after those before it), then closed."""
+    def _bad(self, status: int, message: str, reason: str) -> None:
+        """A request that cannot be served: answered (after those before it), then closed."""
+        if self._broken:
+            return  # already answering one, and closing after it
         self._broken = True
-        self._ready.append(HttpRequest("", "", {}, keep_alive=False, error=(status, message)))
+        self._req = self._continue = None
+        self._server.on_limit(reason)
+        error = (status, message, "bad_request")
+        self._ready.append(HttpRequest("", "", {}, keep_alive=False, error=error))
+
+    def _send_continue(self) -> None:
+        """`100 Continue` once the request's turn has come and its head passes the server's
+        checks (auth): never in the middle of an earlier answer, never before a 401."""
+        req = self._continue
+        if req is None or self._task is not None or self._ready or self._broken:
+            return
+        self._continue = None
+        refusal = self._server.check_head(req)
+        if refusal is None:
+            self.write(_CONTINUE)
+            return
+        self._broken = True  # the body is not read; the connection closes after the answer
+        self._req = None
+        self._ready.append(HttpRequest(req.method, req.path, req.headers, keep_alive=False,
+                                       error=refusal))  # fmt: skip
+
+    # -- timers ---------------------------------------------------------------------
+
+    def _expect(self, what: str, within_s: float) -> None:
+        """Sets what the client must do next, and by when. The timer only moves earlier:
+        a later deadline is stored and the timer re-armed when it fires (no timer churn)."""
+        self._waiting_for = what
+        self._deadline = deadline = self._loop.time() + within_s
+        timer = self._timer
+        if timer is None or deadline < timer.when():
+            if timer is not None:
+                timer.cancel()
+            self._timer = self._loop.call_at(deadline, self._on_deadline)
+
+    def _on_deadline(self) -> None:
+        self._timer = None
+        if self.closed or self._broken or self._waiting_for is None:
+            return  # (broken: an error is being answered, then the connection closes)
+        if self._loop.time() < self._deadline:
+            if self._deadline != math.inf:  # else `_expect` arms it again
+                self._timer = self._loop.call_at(self._deadline, self._on_deadline)
+            return
+        what, self._waiting_for = self._waiting_for, None
+        limits = self._server.limits
+        if what == _IDLE:
+            self.close()
+        elif what == _HEAD and not self._in_message:  # not a byte of a request: just close
+            self._server.on_limit("head_timeout")
+            self.close()
+        else:
+            took = limits.head_timeout_s if what == _HEAD else limits.body_timeout_s
+            self._bad(408, f"request {what} not received within {took:g} s", f"{what}_timeout")
+            self._next()
+
+    def _stalled(self) -> None:
+        """The client left its answer unread for the whole send timeout: cut it (a stream's
+        handler is cancelled and its upstream aborted, as when the client hangs up)."""
+        self._stall = None
+        if self.closed or self._transport is None:
+            return
+        self.stalled = True
+        self._server.on_limit("client_stalled")
+        self.closed = True
+        self._transport.abort()
+
+    # -- flow control ---------------------------------------------------------------
+
+    def _flow(self) -> None:
+        """Reads only while the client's answers drain and no request waits its turn: the
+        bytes of a client that sends faster than it reads stay in the kernel's buffers."""
+        hold = self.write_paused or bool(self._ready) or (
+            self._task is not None and self._in_message
+        )  # fmt: skip
+        if hold == self._read_paused or self.closed or self._lingering:
+            return
+        assert self._transport is not None
+        self._read_paused = hold
+        if hold:
+            self._transport.pause_reading()
+            self._deadline = math.inf  # not the client's fault while we do not read
+        else:
+            self._transport.resume_reading()
+            if self._waiting_for == _HEAD:
+                self._expect(_HEAD, self._head_timeout_s)
+            elif self._waiting_for == _BODY:
+                self._expect(_BODY, self._body_timeout_s)
 
     # -- running handlers -----------------------------------------------------------
 
     def _next(self) -> None:
-        """Starts the handler of the oldest parsed request, if none is running."""
-        if self._task is not None or not self._ready or self.closed:
+        """Starts the handler of the oldest parsed request, if none is running and the
+        client is reading what it was sent."""
+        if self._task is not None or not self._ready or self.closed or self.write_paused:
             return
         req = self._ready.popleft()
         self._responder = Responder(self, req.keep_alive, req.http11)
@@ -364,7 +540,7 @@ class HttpConnection(asyncio.Protocol):
         server = self._server
         try:
             if req.error is not None:
-                server.write_error(resp, *req.error, "bad_request")
+                server.write_error(resp, *req.error)
             elif req.oversize:
                 limit = server.max_body_bytes
                 server.write_error(resp, 413, f"request body larger than {limit} bytes",
@@ -383,16 +559,25 @@ class HttpConnection(asyncio.Protocol):
             self._responder = None
             if not resp.finished:  # a handler that ended without answering: nothing to reuse
                 self.close()
-            elif not self.closed:
+            elif not self.closed and not self._lingering:
+                if self._unparsed and len(self._ready) < server.limits.max_pipelined:
+                    unparsed, self._unparsed = self._unparsed, b""
+                    self._feed(unparsed)
+                if self._continue is not None:
+                    self._send_continue()
                 if self._ready:
                     self._next()
-                else:
-                    self._arm_idle()
+                elif not self._in_message:
+                    self._expect(_IDLE, self._keep_alive_s)
+                self._flow()
 
     def response_done(self, keep_alive: bool) -> None:
         """The answer is written; a connection that is not kept alive closes now."""
         if not keep_alive:
-            self.close()
+            if self._broken:
+                self._linger()
+            else:
+                self.close()
 
     # -- writing, closing -----------------------------------------------------------
 
@@ -405,11 +590,25 @@ class HttpConnection(asyncio.Protocol):
             self.closed = True
             self._transport.close()
 
-    def _arm_idle(self) -> None:
-        if self._idle is not None:
-            self._idle.cancel()
-        if not self.closed:
-            self._idle = self._loop.call_later(self._server.keep_alive_s, self.close)
+    def _linger(self) -> None:
+        """Closes after an answer to a request that was not read to its end: half-closes,
+        then drops what the client still sends for a moment (nginx's lingering close), so
+        the client reads the answer instead of a reset."""
+        transport = self._transport
+        linger_s = self._server.limits.linger_s
+        if transport is None or self.closed or self._lingering:
+            return
+        if linger_s <= 0 or not transport.can_write_eof():
+            self.close()
+            return
+        self._lingering = True
+        transport.write_eof()  # after what is buffered; the client sees the answer, then EOF
+        if self._read_paused:
+            self._read_paused = False
+            transport.resume_reading()
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_later(linger_s, self.close)
 
     @property
     def busy(self) -> bool:
@@ -421,12 +620,18 @@ class HttpServer:
 
     def __init__(
         self, handler: Handler, write_error: ErrorWriter, *, max_body_bytes: int,
-        keep_alive_s: float, flush_interval_s: float = 0.0,
+        limits: LimitsConfig, flush_interval_s: float = 0.0,
+        check_head: HeadCheck = lambda req: None,
+        on_limit: Callable[[str], None] = lambda reason: None,
     ) -> None:  # fmt: skip
+        """`check_head` refuses a request from its head alone (before `100 Continue`);
+        `on_limit` is told each time a client trips a limit (for a metric)."""
         self.handler = handler
         self.write_error = write_error
+        self.check_head = check_head
+        self.on_limit = on_limit
         self.max_body_bytes = max_body_bytes
-        self.keep_alive_s = keep_alive_s
+        self.limits = limits
         self.connections: set[HttpConnection] = set()
         self.loop: asyncio.AbstractEventLoop
         self.flusher: Flusher

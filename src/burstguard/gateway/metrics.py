@@ -17,6 +17,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from burstguard.client.retry import RETRY_COUNT_HEADER
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OUTCOMES = ("completed", "rejected", "cancelled", "failed")
 """Every accepted or refused request ends in exactly one of these."""
@@ -25,6 +27,16 @@ _WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 3
 _LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 _OWN_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 _TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60)
+# Retry-After is whole seconds, at least 1 (errors.retry_after_header): seconds to minutes
+_RETRY_AFTER_BUCKETS = (1, 2, 3, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600)
+
+
+def is_retry(headers: Mapping[str, str]) -> bool:
+    """Whether the client says this request is a retry: `x-stainless-retry-count` (the
+    OpenAI/Anthropic SDKs, burstguard's client and bench) above 0. One lookup; garbage is
+    not a retry."""
+    count = headers.get(RETRY_COUNT_HEADER)
+    return count is not None and count != "0" and count.isdigit()
 
 
 class ArrivalWindows:
@@ -178,10 +190,23 @@ class GatewayMetrics:
         self.arrivals = Counter(
             "burstguard_arrivals", "Requests that arrived, by class", ["class"], registry=r
         )
+        self.retried = Counter(
+            "burstguard_retried_requests",
+            "Arrivals that their client marks as a retry (x-stainless-retry-count > 0), by class",
+            ["class"],
+            registry=r,
+        )
         self.rejections = Counter(
             "burstguard_rejections",
             "Requests shed with 429, by reason",
             ["class", "reason"],
+            registry=r,
+        )
+        self.retry_after = Histogram(
+            "burstguard_retry_after_seconds",
+            "The Retry-After each 429 tells its client (whole seconds), by class",
+            ["class"],
+            buckets=_RETRY_AFTER_BUCKETS,
             registry=r,
         )
         self.errors = Counter(
@@ -191,6 +216,14 @@ class GatewayMetrics:
             "burstguard_invalid_requests",
             "Requests refused before admission (400, 401, 413), by status",
             ["status"],
+            registry=r,
+        )
+        self.refused = Counter(
+            "burstguard_connections_refused",
+            "Client connections refused or cut because a client broke a limit (max_connections,"
+            " head_timeout, body_timeout, head_too_large, too_many_headers, body_too_large,"
+            " client_stalled, bad_http), by reason",
+            ["reason"],
             registry=r,
         )
         self.output_tokens = Counter(
@@ -239,14 +272,23 @@ class GatewayMetrics:
         )
         r.register(_SnapshotCollector(snapshot, self.windows, clock))
 
-    def arrived(self, cls: str) -> None:
+    def arrived(self, cls: str, retry: bool) -> None:
         self.arrivals.labels(cls).inc()
+        if retry:
+            self.retried.labels(cls).inc()
         self.windows.add(self._clock())
+
+    def shed(self, cls: str, retry_after_s: int) -> None:
+        """A 429 sent, with the Retry-After its client was told."""
+        self.retry_after.labels(cls).observe(retry_after_s)
 
     def ended(self, cls: str, outcome: str, reason: str | None = None) -> None:
         self.requests.labels(cls, outcome).inc()
         if outcome == "rejected":
             self.rejections.labels(cls, reason or "unknown").inc()
+
+    def limit_tripped(self, reason: str) -> None:
+        self.refused.labels(reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

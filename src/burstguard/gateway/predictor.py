@@ -9,11 +9,15 @@ very different lengths (one shared history predicted a 70/30 mix's interactive r
 4.3x and its batch at 0.39x their actual lengths). The prompt enters through its length
 bucket: long-context requests (summaries, code review) answer differently from short chat
 turns of the same class.
+
+Tenants may come from a client's header, so the history keeps its most recently used
+`max_history_keys` keys and forgets the rest: its size is not the client's to choose.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from burstguard.gateway.config import PredictorConfig
@@ -38,7 +42,7 @@ class OutputPredictor:
     def __init__(self, config: PredictorConfig) -> None:
         self._cfg = config
         self._alpha = 1.0 - math.pow(0.5, 1.0 / config.history_half_life)
-        self._hist: dict[_Key, _Ewma] = {}
+        self._hist: OrderedDict[_Key, _Ewma] = OrderedDict()
 
     @staticmethod
     def _keys(
@@ -52,6 +56,10 @@ class OutputPredictor:
             (cls, None, None, None),
             (None, None, None, None),
         )
+
+    def __len__(self) -> int:
+        """History keys held."""
+        return len(self._hist)
 
     def predict(
         self,
@@ -87,6 +95,10 @@ class OutputPredictor:
             h = self._hist.get(key)
             if h is None:
                 h = self._hist[key] = _Ewma(ratio, 0)
+                if len(self._hist) > self._cfg.max_history_keys:
+                    self._hist.popitem(last=False)  # the least recently observed
+            else:
+                self._hist.move_to_end(key)
             # Average the first samples equally, then decay: early values are not overweighted.
             a = max(self._alpha, 1.0 / (h.count + 1))
             h.value += a * (ratio - h.value)

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 
 from burstguard.autoscale.live import LiveScaler, ScalingCollector
 from burstguard.autoscale.signals import gateway_signals
@@ -102,7 +103,7 @@ from burstguard.gateway.fleet.metrics import FleetCollector
 from burstguard.gateway.fleet.monitor import FleetMonitor
 from burstguard.gateway.fleet.shared_state import SharedState
 from burstguard.gateway.http import HttpRequest, HttpServer, Responder
-from burstguard.gateway.metrics import CONTENT_TYPE, GatewayMetrics, GaugeSnapshot
+from burstguard.gateway.metrics import CONTENT_TYPE, GatewayMetrics, GaugeSnapshot, is_retry
 from burstguard.gateway.relay import SseRelay, json_tokens, resume_body, upstream_body
 from burstguard.gateway.request import BackendState, GatewayRequest
 from burstguard.gateway.upstream import (
@@ -117,10 +118,7 @@ from burstguard.gateway.upstream import (
 access_log = logging.getLogger("burstguard.gateway.access")
 log = logging.getLogger("burstguard.gateway")
 
-# Clients' pools (aiohttp keeps idle connections 15 s) close theirs before the gateway
-# does; otherwise a request sent on a connection being closed is lost as "server
-# disconnected". (The upstream side, UPSTREAM_IDLE_S, is the same rule the other way.)
-CLIENT_KEEP_ALIVE_S = 75
+_KEYED_ROUTES = frozenset(("/v1/chat/completions", "/v1/completions", "/v1/models"))
 
 
 @dataclass(slots=True)
@@ -197,7 +195,8 @@ class Gateway:
         """Serves until SIGINT/SIGTERM (the CLI's event loop runs this)."""
         server = HttpServer(self.handle, self._refuse,
                             max_body_bytes=self.config.max_body_bytes,
-                            keep_alive_s=CLIENT_KEEP_ALIVE_S,
+                            limits=self.config.limits, check_head=self._check_head,
+                            on_limit=self.metrics.limit_tripped,
                             flush_interval_s=self.config.stream_flush_ms / 1e3)  # fmt: skip
         try:
             await self.start()
@@ -366,6 +365,17 @@ class Gateway:
         else:
             await route[1](req, resp)
 
+    def _check_head(self, req: HttpRequest) -> tuple[int, str, str] | None:
+        """Refuses from the head alone, before `100 Continue` invites the body: a 401 on a
+        route that needs a key."""
+        if req.path not in _KEYED_ROUTES:
+            return None
+        try:
+            self.auth.authenticate(req.headers.get("authorization"), req.headers.get("x-api-key"))
+        except AuthError as exc:
+            return 401, str(exc), "invalid_api_key"
+        return None
+
     def _generation(self, model: type[GenerationRequest]) -> Route:
         async def endpoint(req: HttpRequest, resp: Responder) -> None:
             await self.generate(req, resp, model)
@@ -419,7 +429,7 @@ class Gateway:
         # a whole UUID4: backends may validate it (llama-cpp-python answers 400 otherwise)
         rid = uuid.uuid4().hex
         ex = _Exchange(rid, cls, tenant, req.path, gen.stream, arrival, prompt_tokens)
-        self.metrics.arrived(cls)
+        self.metrics.arrived(cls, is_retry(req.headers))
         self._arrivals += 1
         # a stream of token ids (or of several prompts) cannot be continued with text
         prompts = gen.prompts() if isinstance(gen, CompletionRequest) else [""]
@@ -436,8 +446,9 @@ class Gateway:
             if not resp.gone:
                 self._end_unexpected(ex)
                 raise
-            if ex.outcome is None:  # the client hung up
+            if ex.outcome is None:  # the client hung up, or was cut for not reading
                 ex.outcome = "cancelled"
+                ex.reason = "client_stalled" if resp.stalled else None
                 self._waiting.pop(rid, None)
                 self.event(Cancel(rid))
         except Exception:
@@ -462,7 +473,7 @@ class Gateway:
     ) -> None:  # fmt: skip
         """Waits for the core's answer; serves the request on the backend it names, again
         after each preemption, failover or refused lease."""
-        data: dict[str, Any] = json.loads(req.body)
+        data: dict[str, Any] = orjson.loads(req.body)  # as parse_request read it
         chat = ex.route.endswith("chat/completions")
         opts = gen.stream_options
         keep = ex.stream and self._resume
@@ -472,7 +483,9 @@ class Gateway:
             effect = await fut
             if isinstance(effect, Reject):
                 ex.outcome, ex.reason, ex.status = "rejected", effect.reason, 429
-                send_shed(resp, ex.cls, effect.reason, effect.retry_after_s / self._speedup, ex.rid)
+                told = send_shed(resp, ex.cls, effect.reason, effect.retry_after_s / self._speedup,
+                                 ex.rid)  # fmt: skip
+                self.metrics.shed(ex.cls, told)
                 return
             if isinstance(effect, Abandon):
                 self._abandoned(resp, ex, effect.outcome)
@@ -706,7 +719,8 @@ class Gateway:
                 ctype = up.headers.get("content-type", "application/json")
                 status = up.status
         except (aiohttp.ClientError, TimeoutError) as exc:
-            message = f"backend unreachable: {type(exc).__name__}: {exc}"
+            log.warning("backend failed: %s: %s", type(exc).__name__, exc)
+            message = "the backend is unreachable"
             send_error(resp, 503, message, "upstream_error", "backend_unreachable")
             return
         if status != 200:

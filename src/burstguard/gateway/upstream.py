@@ -59,6 +59,8 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self._last_read = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self.paused = False  # the client is not keeping up: its silence is not the backend's
+        self._framed = False  # the answer has a content-length or is chunked
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
@@ -69,11 +71,18 @@ class _Connection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
         call = self.call
-        if call is not None and not call.ended:
+        if call is None or call.ended:
+            return
+        if exc is None and call.status >= 200 and not self._framed:
+            self.call = None  # an answer delimited by the connection's close (HTTP/1.1 allows
+            call.flush()  # it: no content-length, not chunked) ends at EOF
+            call.complete()
+        else:
             call.fail(Broken("backend closed the connection" + (f": {exc}" if exc else "")))
 
     def start(self, call: Call, request: bytes) -> None:
         self.call = call
+        self._framed = self.paused = False
         assert self.transport is not None
         self.transport.write(request)
         self._last_read = call.sent_at = time.monotonic()
@@ -86,6 +95,9 @@ class _Connection(asyncio.Protocol):
         """Fails the call when the backend has been silent for the whole read timeout."""
         self._timer = None
         if self.call is None or self.call.ended:
+            return
+        if self.paused:  # we stopped reading: the backend is waiting for us, not silent
+            self._arm(self._pool.read_timeout_s)
             return
         silent = time.monotonic() - self._last_read
         if silent >= self._pool.read_timeout_s:
@@ -113,8 +125,11 @@ class _Connection(asyncio.Protocol):
 
     # parser callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self.call is not None and name.lower() == b"content-type":
+        name = name.lower()
+        if name == b"content-type" and self.call is not None:
             self.call.content_type = value.decode("latin-1")
+        elif name == b"content-length" or name == b"transfer-encoding":
+            self._framed = True
 
     def on_headers_complete(self) -> None:
         if self.call is not None:
@@ -207,9 +222,11 @@ class Call:
         """Stops (or restarts) reading from the backend: the client is not keeping up."""
         conn = self._conn
         if conn is not None and conn.transport is not None and not conn.closed:
+            conn.paused = paused
             if paused:
                 conn.transport.pause_reading()
             else:
+                conn._last_read = time.monotonic()  # the backend's silence counts from here
                 conn.transport.resume_reading()
 
     def abort(self) -> None:

@@ -15,20 +15,28 @@ STATUS_STYLE = {
     "info": "cyan",
 }
 
-_SECONDS = ("ttft_p95_ratio", "tpot_p95_ratio", "itl_p95_ratio")
+_MILLISECONDS = (
+    "ttft_p95_ratio", "tpot_p95_ratio", "itl_p95_ratio", "ttft_p95_regression",
+    "tpot_p95_regression", "itl_p95_regression", "e2e_p95_regression",
+)  # fmt: skip
+_PERCENT = ("kv_peak", "slo_regression")
 
 
 def _fmt_leg(check: Check, value: float | None) -> str:
     if value is None:
         return "-"
-    if check.name in _SECONDS:
+    if check.name in _MILLISECONDS:
         return f"{value * 1000:.1f} ms"
-    if check.name.startswith("slo_") or check.name == "kv_peak":
+    if check.name.startswith("slo_") or check.name in _PERCENT:
         return f"{value:.1%}"
     if check.name == "rate_ratio":
         return f"{value:.2f} req/s"
     if check.name == "queue_drain":
         return f"{value:.0f} waiting"
+    if check.name == "drain_regression":
+        return f"{value:.1f} s"
+    if check.name in ("itl_jitter_ratio", "retry_amplification", "throughput_regression"):
+        return f"{value:.2f}"
     return f"{value:g}"
 
 
@@ -36,8 +44,10 @@ def fmt_value(check: Check) -> str:
     """The figure a limit applies to, in the unit a reader expects."""
     if check.value is None:
         return "-"
-    if check.name.endswith("_ratio"):
+    if check.name.endswith("_ratio") or check.name == "retry_amplification":
         return f"{check.value:.2f}x"
+    if check.name.endswith("_regression"):
+        return _fmt_leg(check, check.value)
     if check.name.startswith("slo_") or check.name == "kv_peak":
         return f"{check.value:.1%}"
     if check.name == "queue_drain":
@@ -72,6 +82,8 @@ def verdict_table(verdict: Verdict, title: str = "steady vs burst") -> Table:
     outcome = "[bold green]PASS[/]" if verdict.passed else "[bold red]FAIL[/]"
     if verdict.serious:
         outcome = "[bold white on red]FAIL (serious)[/]"
+    if not verdict.valid:
+        outcome = "[bold red]INVALID[/]: " + "; ".join(verdict.invalid)
     table.caption = f"verdict: {outcome}"
     table.caption_justify = "left"
     return table

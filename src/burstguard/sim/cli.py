@@ -3,7 +3,7 @@ optionally behind the gateway's policies (`--gateway gateway.yaml`) to compare t
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -27,6 +27,7 @@ def sim(
     profile: Profile,
     engine_config: EngineConfig,
     pattern_spec: PatternSpec | None,
+    shape_spec: PatternSpec,
     trace: Annotated[
         Path | None, typer.Option("--trace", help="Trace file (any analyze format).")
     ] = None,
@@ -87,17 +88,69 @@ def sim(
             rich_help_panel="Autoscaling",
         ),
     ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option("--concurrency", help="Closed loop: N users (the seed's steady leg: 32)."),
+    ] = None,
+    think_time: Annotated[
+        float, typer.Option("--think-time", help="Closed loop: seconds between a user's requests.")
+    ] = 0.0,
+    ramp_up: Annotated[
+        float | None,
+        typer.Option(
+            "--ramp-up", help="Closed loop: spread user starts over S (default duration/10)."
+        ),
+    ] = None,
+    burst_cycle: Annotated[
+        bool,
+        typer.Option(
+            "--burst-cycle",
+            help="The seed's script: --burst-size at once, wait for all, idle --idle s, repeat.",
+        ),
+    ] = False,
+    scenario: Annotated[
+        str | None,
+        typer.Option(
+            "--scenario",
+            help="steady-vs-burst: --concurrency users (32), then the seed's bursts at their rate.",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="--scenario: directory for both legs.")
+    ] = None,
 ) -> None:
-    """Simulate one engine (or, with --gateway, N replicas behind the gateway's router) on
-    a workload; prints latency percentiles (engine time)."""
+    """Simulate one engine (or, with --gateway or --autoscaler, replicas behind the
+    gateway's router) on a workload; prints latency percentiles (engine time).
+
+    The load is one of --trace, --pattern (open loop), --concurrency N (closed loop),
+    --burst-cycle (the seed's closed burst cycle), or --scenario steady-vs-burst (both of
+    the seed's legs and compare's verdict, as `bench --scenario` on a live server)."""
     from burstguard.bench.records import write_records
-    from burstguard.bench.summary import Slo, summarize, write_summary
+    from burstguard.bench.summary import Slo, write_summary
     from burstguard.sim.loop import simulate
     from burstguard.workload.synth import synthesize
     from burstguard.workload.traces import load_workload
 
-    if (trace is None) == (pattern_spec is None):
-        raise UserError("give exactly one of --trace FILE or --pattern NAME")
+    if scenario is not None:
+        if scenario != "steady-vs-burst" or out is None:
+            raise UserError("--scenario steady-vs-burst needs --out DIR")
+        if trace is not None or pattern_spec is not None or burst_cycle or gateway is not None:
+            raise UserError("--scenario makes its own legs: no --trace/--pattern/--burst-cycle")
+        concurrency = concurrency or 32
+        return _scenario(out, shape_spec, engine_config, profile, concurrency, think_time,
+                         ramp_up, slo)  # fmt: skip
+    closed = concurrency is not None or burst_cycle
+    chosen = (trace is not None) + (pattern_spec is not None) + (concurrency is not None)
+    if chosen + burst_cycle != 1:
+        raise UserError(
+            "give exactly one of --trace FILE, --pattern NAME, --concurrency N, --burst-cycle"
+        )
+    if closed and gateway is not None:
+        raise UserError("--gateway runs open-loop loads only (--trace or --pattern)")
+    if concurrency is not None and concurrency < 1:
+        raise UserError("--concurrency must be >= 1")
+    if think_time < 0 or (ramp_up or 0.0) < 0:
+        raise UserError("--think-time and --ramp-up must be >= 0")
     try:
         slo_target = Slo.parse(slo)
     except ValueError as exc:
@@ -109,6 +162,8 @@ def sim(
     if autoscaler is not None:
         from burstguard.autoscale import load_policy
 
+        if closed:
+            raise UserError("--autoscaler runs open-loop loads only (--trace or --pattern)")
         scaling = load_policy(autoscaler).with_overrides(
             min_replicas=min_replicas, max_replicas=max_replicas, cold_start_s=cold_start_s
         )
@@ -129,39 +184,39 @@ def sim(
         gateway_config = GatewayConfig.load(gateway)
     elif scaling is not None:
         gateway_config = fleet_gateway(scaling.max_replicas)
-    workload = load_workload(trace, trace_format) if trace else synthesize(pattern_spec)  # type: ignore[arg-type]
-    if len(workload) == 0:
-        raise UserError("the workload has no requests")
-    gateway_block: dict[str, Any] | None = None
-    if gateway_config is not None:
-        from burstguard.sim.gateway_loop import gateway_summary, simulate_gateway
-
-        gw_result = simulate_gateway(
-            workload, engine_config, profile, gateway_config, replicas, scaling=scaling
+    extra: dict[str, Any] = {}
+    result: SimResult
+    if closed:
+        result, extra = _closed(
+            shape_spec, engine_config, profile, concurrency, think_time, ramp_up, burst_cycle
         )
-        gateway_block = gateway_summary(
-            gw_result, gateway_config, source=str(gateway) if gateway else "default (fleet)"
-        )
-        gateway_block["routed"] = gw_result.routed
-        result: SimResult = gw_result
+        duration = shape_spec.duration_s
     else:
-        result = simulate(workload, engine_config, profile)
-    duration = float(workload.arrival_s[-1]) if len(workload) else 0.0
-    if pattern_spec is not None:
-        duration = pattern_spec.duration_s
-    summary = summarize(
-        result.records, duration_s=duration, slo=slo_target, source="sim",
-        extra={"preemptions": result.preemptions, "steps": result.steps,
-               "profile": profile.name, "engine": asdict(engine_config)},
-    )  # fmt: skip
-    if gateway_block is not None:
-        summary["gateway"] = gateway_block
-    scaled = getattr(result, "scaling", None)
-    if scaled is not None:
-        summary.update(scaled)
-        summary["autoscaler"] = {"policy": autoscaler, "kind": scaling.kind}  # type: ignore[union-attr]
-    elif gateway_block is not None:
-        summary["replica_seconds"] = replicas * result.end_s
+        workload = load_workload(trace, trace_format) if trace else synthesize(pattern_spec)  # type: ignore[arg-type]
+        if len(workload) == 0:
+            raise UserError("the workload has no requests")
+        if gateway_config is not None:
+            from burstguard.sim.gateway_loop import gateway_summary, simulate_gateway
+
+            gw_result = simulate_gateway(
+                workload, engine_config, profile, gateway_config, replicas, scaling=scaling
+            )
+            extra["gateway"] = gateway_summary(
+                gw_result, gateway_config, source=str(gateway) if gateway else "default (fleet)"
+            )
+            extra["gateway"]["routed"] = gw_result.routed
+            if gw_result.scaling is not None:
+                extra.update(gw_result.scaling)
+                extra["autoscaler"] = {"policy": autoscaler, "kind": scaling.kind}  # type: ignore[union-attr]
+            else:
+                extra["replica_seconds"] = replicas * gw_result.end_s
+            result = gw_result
+        else:
+            result = simulate(workload, engine_config, profile)
+        duration = float(workload.arrival_s[-1]) if len(workload) else 0.0
+        if pattern_spec is not None:
+            duration = pattern_spec.duration_s
+    summary = _summary(result, duration, slo_target, profile, engine_config, extra)
     if json_out:
         write_summary(json_out, summary)
     if records_out:
@@ -186,6 +241,104 @@ def sim(
         if len(routed) > 1:
             total = sum(routed.values())
             print("routed: " + ", ".join(f"{u} {n} ({n / total:.1%})" for u, n in routed.items()))
+
+
+def _summary(
+    result: SimResult,
+    duration: float,
+    slo: Any,
+    profile: Profile,
+    engine_config: EngineConfig,
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    from burstguard.bench.summary import summarize
+
+    return summarize(
+        result.records, duration_s=duration, slo=slo, source="sim",
+        extra={"preemptions": result.preemptions, "steps": result.steps,
+               "profile": profile.name, "engine": asdict(engine_config),
+               "server_series": result.series, **extra},
+    )  # fmt: skip
+
+
+def _scenario(
+    out: Path,
+    shape_spec: PatternSpec,
+    engine_config: EngineConfig,
+    profile: Profile,
+    users: int,
+    think_time: float,
+    ramp_up: float | None,
+    slo: str,
+) -> None:
+    """The seed's steady leg (closed loop) and burst leg (its pattern at the steady leg's
+    measured rate) in virtual time, written as bench writes them, and compare's verdict."""
+    import json
+
+    from burstguard.bench.compare import compare
+    from burstguard.bench.records import write_records
+    from burstguard.bench.summary import Slo, write_summary
+    from burstguard.report.cli import exit_on
+    from burstguard.report.table import print_verdict
+    from burstguard.sim.loop import simulate
+    from burstguard.workload.synth import synthesize
+
+    try:
+        slo_target = Slo.parse(slo)
+    except ValueError as exc:
+        raise UserError(f"--slo: {exc}") from None
+    duration = shape_spec.duration_s
+    steady_result, extra = _closed(shape_spec, engine_config, profile, users, think_time,
+                                   ramp_up, False)  # fmt: skip
+    steady = _summary(steady_result, duration, slo_target, profile, engine_config, extra)
+    rate = steady["requests"] / duration
+    burst_wl = synthesize(replace(shape_spec, pattern="burst", rate=rate))
+    burst_result = simulate(burst_wl, engine_config, profile)
+    burst = _summary(burst_result, duration, slo_target, profile, engine_config, {"mode": "open"})
+    for leg, summary, result in (("steady", steady, steady_result),
+                                 ("burst", burst, burst_result)):  # fmt: skip
+        write_summary(out / leg / "summary.json", summary)
+        write_records(out / leg / "records.jsonl", result.records)
+    verdict = compare(steady, burst, legs={"steady": "steady", "burst": "burst"})
+    (out / "verdict.json").write_text(json.dumps(verdict.to_dict(), indent=2) + "\n")
+    print_verdict(verdict, title=f"sim: {users} users vs seed bursts at {rate:.2f} req/s")
+    print(f"legs in {out}/steady and {out}/burst, verdict in {out}/verdict.json")
+    exit_on(verdict)
+
+
+def _closed(
+    shape_spec: PatternSpec,
+    engine_config: EngineConfig,
+    profile: Profile,
+    concurrency: int | None,
+    think_time: float,
+    ramp_up: float | None,
+    burst_cycle: bool,
+) -> tuple[SimResult, dict[str, Any]]:
+    """A closed-loop run (users or the burst cycle) and its summary keys."""
+    from burstguard.sim.closed import Client, Cycle, Users, simulate_closed
+    from burstguard.workload.cycle import BurstCycle, CycleSpec
+    from burstguard.workload.synth import shape_pool
+
+    shapes = shape_pool(shape_spec)
+    duration = shape_spec.duration_s
+    client: Client
+    if burst_cycle:
+        if shape_spec.rate is not None:
+            raise UserError("--rate does not apply to --burst-cycle (set --burst-size, --idle)")
+        try:
+            spec = CycleSpec(shape_spec.burst_size, shape_spec.idle_s, duration, shape_spec.seed)
+        except ValueError as exc:
+            raise UserError(f"--burst-cycle: {exc}") from None
+        cycle = BurstCycle(spec)
+        client = Cycle(shapes, cycle)
+        result = simulate_closed(client, engine_config, profile)
+        return result, {"mode": "cycle", "cycle": cycle.log}
+    assert concurrency is not None
+    ramp = min(10.0, duration / 10) if ramp_up is None else ramp_up
+    client = Users(shapes, concurrency, duration, think_time, ramp)
+    result = simulate_closed(client, engine_config, profile)
+    return result, {"mode": "closed", "concurrency": concurrency}
 
 
 def fleet_gateway(max_replicas: int) -> GatewayConfig:

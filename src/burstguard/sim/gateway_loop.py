@@ -61,6 +61,7 @@ from burstguard.sim.autoscaling import ScalingDriver
 from burstguard.sim.heap import EventHeap
 from burstguard.sim.loop import RecordBook, SimResult, served_prompt
 from burstguard.sim.replicas import ReplicaSet, replica_id
+from burstguard.sim.series import SeriesRecorder
 from burstguard.workload.spec import Workload
 
 __all__ = ["GatewaySimResult", "gateway_summary", "simulate_gateway"]
@@ -116,6 +117,13 @@ class _GatewaySim:
         self.profile = profile
         self.where: dict[str, str] = {}  # request id -> the replica running it
         self.routed: dict[str, int] = {}
+        # the engine's series (`server_series`) as one scraped engine shows it: with one
+        # replica and no autoscaler only (a fleet's engines have no one series)
+        self.recorder = (
+            SeriesRecorder(self.replicas.engine(replica_id(0)))
+            if replicas == 1 and scaling is None
+            else None
+        )
         self.book = RecordBook()
         self.max_tokens: dict[str, int] = {}
         self.reprefill_tokens = 0
@@ -237,6 +245,8 @@ class _GatewaySim:
 
     def step_end(self, replica: str, result: StepResult, now: float) -> None:
         events = self.book.apply(result)
+        if self.recorder is not None:
+            self.recorder.observe(now, result.num_prefill_tokens + result.num_decode_seqs, 1)
         for rid in events.first_token:
             self.event(FirstToken(rid), now)
         for rid in events.finished:
@@ -256,6 +266,7 @@ class _GatewaySim:
             preemptions=self.replicas.preemptions,
             steps=self.replicas.steps,
             end_s=end,
+            series=None if self.recorder is None else self.recorder.series(end),
             gateway=self.gw.stats,
             reprefill_tokens=self.reprefill_tokens,
             routed=dict(self.routed),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 from burstguard.bench.records import RequestRecord
 from burstguard.engine.config import EngineConfig
@@ -22,6 +23,7 @@ from burstguard.engine.core import (
 )
 from burstguard.engine.profile import Profile
 from burstguard.sim.heap import EventHeap
+from burstguard.sim.series import SeriesRecorder
 from burstguard.workload.spec import RequestSpec, Workload, priority_of
 
 
@@ -31,6 +33,7 @@ class SimResult:
     preemptions: int
     steps: int
     end_s: float
+    series: dict[str, Any] | None = None  # `server_series`: the engine's gauges (sim.series)
 
 
 @dataclass
@@ -140,6 +143,7 @@ class _EngineSim:
     ) -> None:
         self.workload = workload
         self.core = EngineCore(config, profile)
+        self.recorder = SeriesRecorder(self.core)
         self.book = RecordBook()
         self.heap = EventHeap()
         self.fast_forward = fast_forward
@@ -188,6 +192,7 @@ class _EngineSim:
             if run is not None:
                 self.steps += len(run.ends)
                 self.book.apply_run(run)
+                self.recorder.observe(run.ends[-1], sum(k for _, k, _ in run.tokens), len(run.ends))
                 self._busy_until = run.ends[-1]
                 self.heap.at(run.ends[-1], self.STEP, self.kick)
                 return
@@ -199,6 +204,7 @@ class _EngineSim:
         result = self.core.end_step()
         self.steps += 1
         self.book.apply(result)
+        self.recorder.observe(now, result.num_prefill_tokens + result.num_decode_seqs, 1)
         self.kick(now)
 
     def run(self) -> SimResult:
@@ -211,6 +217,7 @@ class _EngineSim:
             preemptions=self.core.stats.num_preemptions_total,
             steps=self.steps,
             end_s=end,
+            series=self.recorder.series(end),
         )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -151,3 +151,10 @@ def _class_outputs(
         mask = labels == name
         output[mask] = sample_lengths(length_spec, int(mask.sum()), rng)
     return output
+
+
+def shape_pool(spec: PatternSpec) -> Workload:
+    """Request shapes (lengths, classes, tenants) for closed-loop loads, which take them in
+    turn: the spec's mixes drawn for a pool sized to the run (1,000 to 100,000)."""
+    size = max(1000, min(100_000, int(spec.duration_s * 200)))
+    return synthesize(replace(spec, pattern="constant", rate=size / spec.duration_s, envelope=None))

@@ -1,0 +1,705 @@
+"""The gateway tried as an attacker would, on raw sockets (issue 19): no unauthenticated
+client can grow its memory, hold its connections or make it answer 500.
+
+Every attack is bounded in bytes and in time. Where the harm is memory, the assertion is on
+the gateway process's own RSS (/proc/PID/status) and on /health answering meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.conftest import BURSTGUARD, start_emulator
+from tests.integration.test_gateway import start_gateway
+
+from burstguard.procs import ManagedProcess, free_port
+from burstguard.scrape import metric_sum, parse_metrics
+
+MODEL = "llama3-8b-h100"
+KEY = "key-hardening-0001"
+MIB = 1 << 20
+RSS_GROWTH_LIMIT = 4 * MIB
+HEALTH_LIMIT_S = 0.100
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+def address(base: str) -> tuple[str, int]:
+    host, port = base.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+def connect(base: str, rcvbuf: int | None = None, timeout_s: float = 5.0) -> socket.socket:
+    """A raw client socket; a small `rcvbuf` makes a client that does not read fill up fast."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if rcvbuf is not None:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.settimeout(timeout_s)
+    s.connect(address(base))
+    return s
+
+
+def read_until(s: socket.socket, done: Callable[[bytes], bool], timeout_s: float) -> bytes:
+    """Reads until `done(what was read)`, the peer closes, or the time is up."""
+    out = b""
+    deadline = time.monotonic() + timeout_s
+    while not done(out) and (left := deadline - time.monotonic()) > 0:
+        s.settimeout(left)
+        try:
+            got = s.recv(65536)
+        except TimeoutError:
+            break
+        if not got:
+            break
+        out += got
+    return out
+
+
+def closed_by_peer(s: socket.socket, timeout_s: float) -> tuple[bool, bytes]:
+    """(whether the peer closed within the time, what it sent before)."""
+    out = b""
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        s.settimeout(left)
+        try:
+            got = s.recv(65536)
+        except TimeoutError:
+            return False, out
+        except ConnectionResetError:
+            return True, out
+        if not got:
+            return True, out
+        out += got
+    return False, out
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def metrics(base: str) -> dict[str, float]:
+    with urllib.request.urlopen(base + "/metrics", timeout=5) as r:
+        return parse_metrics(r.read().decode())
+
+
+def refused(base: str, reason: str) -> float:
+    return metrics(base).get(f'burstguard_connections_refused_total{{reason="{reason}"}}', 0.0)
+
+
+def status_of(response: bytes) -> int:
+    match = re.match(rb"HTTP/1\.[01] (\d{3}) ", response)
+    assert match, response[:200]
+    return int(match.group(1))
+
+
+def error_of(response: bytes) -> dict[str, Any]:
+    return json.loads(response.split(b"\r\n\r\n", 1)[1])["error"]
+
+
+def whole_json(out: bytes) -> bool:
+    """A complete answer with a content-length (the first on the connection)."""
+    head, sep, body = out.partition(b"\r\n\r\n")
+    found = re.search(rb"content-length: (\d+)", head)
+    return bool(sep and found and len(body) >= int(found.group(1)))
+
+
+class Watch:
+    """While an attack runs: /health on its own keep-alive connection every 50 ms, each
+    answer timed, and the gateway's RSS sampled; `__exit__` stops and reports."""
+
+    def __init__(self, base: str, pid: int) -> None:
+        self._base, self._pid = base, pid
+        self.health_s: list[float] = []
+        self.rss_peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with connect(self._base) as s:
+            while not self._stop.is_set():
+                t0 = time.monotonic()
+                s.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+                out = read_until(s, lambda b: b.endswith(b'{"status":"ok"}'), 2.0)
+                self.health_s.append(time.monotonic() - t0 if out.endswith(b"}") else 2.0)
+                self.rss_peak = max(self.rss_peak, rss_bytes(self._pid))
+                self._stop.wait(0.05)
+
+    def __enter__(self) -> Watch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        deadline = time.monotonic() + 3  # an attack refused at once still gets its probes
+        while len(self.health_s) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self._stop.set()
+        self._thread.join(5)
+
+
+def settled_rss(pid: int, base: str) -> int:
+    """RSS after the gateway has served a few requests of every kind the attacks use."""
+    for _ in range(20):
+        for path in ("/health", "/openapi.json", "/metrics"):
+            urllib.request.urlopen(base + path, timeout=5).read()
+    time.sleep(0.2)
+    return rss_bytes(pid)
+
+
+def assert_unharmed(watch: Watch, before: int) -> None:
+    grew = watch.rss_peak - before
+    assert grew < RSS_GROWTH_LIMIT, f"the gateway's RSS grew by {grew / MIB:.1f} MiB"
+    assert watch.health_s, "no /health probes ran during the attack"
+    worst = max(watch.health_s)
+    assert worst < HEALTH_LIMIT_S, f"/health took {worst * 1e3:.0f} ms during the attack"
+
+
+# -- fixtures ---------------------------------------------------------------------------
+
+
+LIMITS = {"head_timeout_s": 1.0, "body_timeout_s": 1.0, "linger_s": 1.0}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int, Path, str]]:
+    """A gateway (1 s head and body deadlines, default sizes) in front of the emulator at
+    1x; yields (its address, its pid, its log, the emulator's address)."""
+    tmp = tmp_path_factory.mktemp("hardening")
+    with start_emulator(tmp, speedup=1.0) as emu:
+        gw = start_gateway(tmp, emu.base_url, {"limits": LIMITS})  # type: ignore[attr-defined]
+        with gw:
+            assert gw.proc is not None
+            yield gw.base_url, gw.proc.pid, Path(gw.log_path), emu.base_url  # type: ignore[attr-defined]
+
+
+def completion(max_tokens: int, stream: bool = False, **extra: Any) -> bytes:
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": max_tokens, "stream": stream}
+    return json.dumps({**body, **extra}).encode()
+
+
+def post(path: str, body: bytes, headers: str = "") -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{headers}"
+            f"content-length: {len(body)}\r\n\r\n").encode() + body  # fmt: skip
+
+
+# -- 1: the write side ------------------------------------------------------------------
+
+
+def test_1_a_client_that_pipelines_and_never_reads_cannot_grow_the_gateway(
+    stack: tuple[str, int, Path, str],
+) -> None:
+    """3,000 pipelined GET /openapi.json (7.6 KB answers for 40-byte requests), none read."""
+    base, pid, _, _ = stack
+    before = settled_rss(pid, base)
+    batch = b"GET /openapi.json HTTP/1.1\r\nhost: x\r\n\r\n" * 5
+    with connect(base, rcvbuf=4096, timeout_s=0.5) as attacker, Watch(base, pid) as watch:
+        for _ in range(600):  # in small batches: one read never holds more than a few
+            try:
+                attacker.sendall(batch)
+            except TimeoutError:
+                break  # the gateway stopped reading: what a full client should get
+            time.sleep(0.002)
+        time.sleep(0.5)
+    assert_unharmed(watch, before)
+
+
+def test_1_many_pipelined_requests_in_one_write_are_all_answered_in_order(
+    stack: tuple[str, int, Path, str],
+) -> None:
+    """Flow control queues what a client pipelines (max_pipelined parsed, the rest left
+    unread), it does not refuse it: 500 requests in one write, 500 answers."""
+    base, _, _, _ = stack
+    paths = [b"/health", b"/nowhere"] * 250
+    with connect(base) as s:
+        s.sendall(b"".join(b"GET %b HTTP/1.1\r\nhost: x\r\n\r\n" % p for p in paths))
+        out = read_until(s, lambda b: b.count(b"HTTP/1.1 ") >= len(paths) and b.endswith(b"}"),
+                         10.0)  # fmt: skip
+    statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", out)
+    assert statuses == [b"200", b"404"] * 250
+
+
+# -- 2: a head that never ends ----------------------------------------------------------
+
+
+def test_2_a_header_line_that_never_ends_is_refused_at_the_head_limit(
+    stack: tuple[str, int, Path, str],
+) -> None:
+    """`x-big: ` and then up to 16 MiB without a CRLF, 64 KiB at a time."""
+    base, pid, _, _ = stack
+    before = settled_rss(pid, base)
+    refused_before = refused(base, "head_too_large")
+    piece, sent, answer = b"a" * 65536, 0, b""
+    with connect(base, timeout_s=2.0) as attacker, Watch(base, pid) as watch:
+        attacker.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-big: ")
+        while sent < 16 * MIB and not answer:
+            try:
+                attacker.sendall(piece)
+            except (TimeoutError, OSError):
+                break
+            sent += len(piece)
+            attacker.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                answer = attacker.recv(65536)
+            attacker.settimeout(2.0)
+        answer += read_until(attacker, lambda b: b.endswith(b"}}"), 2.0)
+    assert status_of(answer) == 431 and error_of(answer)["code"] == "bad_request"
+    # what was sent by then lies mostly in the kernel's socket buffers, not in the gateway
+    assert sent < 8 * MIB, f"the 431 came only after {sent / MIB:.1f} MiB"
+    assert refused(base, "head_too_large") == refused_before + 1
+    assert_unharmed(watch, before)
+
+
+def test_2_too_many_header_lines_are_refused(stack: tuple[str, int, Path, str]) -> None:
+    """1,000 tiny header lines: 6 KB, under the byte limit, over the line limit (100)."""
+    base, _, _, _ = stack
+    with connect(base) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n" + b"a: 1\r\n" * 1000 + b"\r\n")
+        out = read_until(s, lambda b: b.endswith(b"}}"), 5.0)
+    assert status_of(out) == 431
+    assert "header lines" in error_of(out)["message"]
+
+
+# -- 3: slowloris, connection cap --------------------------------------------------------
+
+
+def trickle(s: socket.socket, data: bytes, every_s: float, for_s: float) -> bytes:
+    """Sends `data` a byte at a time; returns what came back (empty if nothing did)."""
+    deadline = time.monotonic() + for_s
+    for byte in data:
+        if time.monotonic() > deadline:
+            break
+        try:
+            s.sendall(bytes([byte]))
+        except OSError:
+            break
+        s.setblocking(False)
+        try:
+            got = s.recv(65536)
+        except BlockingIOError:
+            got = b""
+        except OSError:
+            break
+        s.settimeout(2.0)
+        if got:
+            return got + read_until(s, lambda b: b.endswith(b"}}"), 2.0)
+        time.sleep(every_s)
+    return read_until(s, lambda b: b.endswith(b"}}"), 0.1)
+
+
+@pytest.mark.parametrize(
+    ("opening", "trickled", "reason"),
+    [
+        (b"GET /health HTTP/1.1\r\n", b"host: slowly-slowly-slowly\r\n\r\n", "head_timeout"),
+        (b"POST /v1/completions HTTP/1.1\r\ncontent-length: 100\r\n\r\n{", b"x" * 99,
+         "body_timeout"),
+    ],
+)  # fmt: skip
+def test_3_a_trickled_request_gets_408_at_its_deadline(
+    stack: tuple[str, int, Path, str], opening: bytes, trickled: bytes, reason: str
+) -> None:
+    """One byte every 0.2 s: each within any gap timeout, the whole never within 1 s."""
+    base, _, _, _ = stack
+    before = refused(base, reason)
+    with connect(base) as s:
+        t0 = time.monotonic()
+        s.sendall(opening)
+        out = trickle(s, trickled, every_s=0.2, for_s=4.0)
+        took = time.monotonic() - t0
+        closed, _ = closed_by_peer(s, 2.0)
+    assert out, "the gateway kept the trickling connection open"
+    assert status_of(out) == 408 and 0.9 < took < 2.5
+    assert closed
+    assert refused(base, reason) == before + 1
+
+
+def test_3_a_connection_that_sends_nothing_is_closed_at_the_head_deadline(
+    stack: tuple[str, int, Path, str],
+) -> None:
+    base, _, _, _ = stack
+    with connect(base) as s:
+        closed, out = closed_by_peer(s, 3.0)
+    assert closed and out == b""
+
+
+def test_3_connections_beyond_max_connections_are_closed_at_once(tmp_path: Path) -> None:
+    with start_gateway(tmp_path, f"http://127.0.0.1:{free_port()}",  # type: ignore[attr-defined]
+                       {"limits": {"max_connections": 4}}) as gw:  # fmt: skip
+        base = gw.base_url  # type: ignore[attr-defined]
+        held = [connect(base) for _ in range(4)]
+        try:
+            time.sleep(0.2)
+            with connect(base) as extra:
+                closed, _ = closed_by_peer(extra, 2.0)
+            assert closed, "a connection beyond max_connections was kept"
+        finally:
+            for s in held:
+                s.close()
+        deadline = time.monotonic() + 5
+        while True:  # the held ones are seen closed, then there is room again
+            try:
+                counted = metrics(base)
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+    assert counted['burstguard_connections_refused_total{reason="max_connections"}'] >= 1
+
+
+# -- 4: a client that stops reading a stream ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fast_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """A gateway with a 1 s backend read timeout, a 4 s send timeout and 2 s keep-alive, in
+    front of the instant emulator (streams as fast as the CPUs allow); yields (gateway,
+    emulator)."""
+    tmp = tmp_path_factory.mktemp("hardening-fast")
+    with start_emulator(tmp, profile="instant") as emu:
+        engine = emu.base_url  # type: ignore[attr-defined]
+        port = free_port()
+        path = tmp / "gateway.yaml"
+        backend = {"url": engine, "read_timeout_s": 1.0}
+        config = {"limits": {"send_timeout_s": 4.0, "keep_alive_s": 2.0}, "backends": [backend]}
+        path.write_text(yaml.safe_dump(config))
+        argv = [*BURSTGUARD, "gateway", "--config", str(path), "--port", str(port)]
+        base = f"http://127.0.0.1:{port}"
+        with ManagedProcess(argv, base + "/health", log_path=tmp / "gateway.log"):
+            yield base, engine
+
+
+def stream_request(tokens: int) -> bytes:
+    body = completion(tokens, stream=True, ignore_eos=True, model="instant")
+    return post("/v1/completions", body)
+
+
+def wait_for(check: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return check()
+
+
+def test_4_a_client_that_stops_reading_a_stream_is_cut_and_the_engine_freed(
+    fast_stack: tuple[str, str],
+) -> None:
+    base, engine = fast_stack
+    before = metrics(base)
+    with connect(base, rcvbuf=4096) as s:
+        s.sendall(stream_request(120_000))
+        assert read_until(s, lambda b: b"data:" in b, 5.0).startswith(b"HTTP/1.1 200 OK")
+
+        def cut() -> bool:
+            now = metrics(base)
+            return now.get('llm_request_total{class="standard",outcome="cancelled"}', 0) > (
+                before.get('llm_request_total{class="standard",outcome="cancelled"}', 0)
+            )
+
+        assert wait_for(cut, 20.0), "the stalled stream was not cancelled"
+    after = metrics(base)
+    assert refused(base, "client_stalled") == 1
+    assert after["burstguard_in_flight_requests"] == 0
+    assert after.get('llm_request_total{class="standard",outcome="failed"}', 0) == before.get(
+        'llm_request_total{class="standard",outcome="failed"}', 0
+    ), "the client's stall was blamed on the backend"
+
+    def engine_idle() -> bool:
+        with urllib.request.urlopen(engine + "/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return metric_sum(parse_metrics(text), "vllm:num_requests_running") == 0
+
+    assert wait_for(engine_idle, 5.0), "the engine still runs the cut stream"
+
+
+def test_4_a_client_pausing_longer_than_the_backend_read_timeout_is_not_blamed_on_it(
+    fast_stack: tuple[str, str],
+) -> None:
+    """The client reads nothing for 2.5 s (backend read timeout 1 s, send timeout 4 s)."""
+    base, _ = fast_stack
+    tokens = 40_000  # ~7 MB of events: more than the socket buffers hold
+    end = b"data: [DONE]\n\n\r\n0\r\n\r\n"
+    with connect(base, rcvbuf=4096, timeout_s=10) as s:
+        s.sendall(stream_request(tokens))
+        tail = read_until(s, lambda b: b"data:" in b, 5.0)
+        time.sleep(2.5)
+        deadline = time.monotonic() + 60
+        while not tail.endswith(b"\r\n0\r\n\r\n") and time.monotonic() < deadline:  # a tail:
+            got = s.recv(65536)  # O(n) in the stream's length
+            if not got:
+                break
+            tail = (tail + got)[-4096:]
+    assert b'"error"' not in tail, tail
+    assert tail.endswith(end), tail[-300:]
+
+
+def test_4_a_connection_whose_answer_was_read_slowly_still_closes_when_idle(
+    fast_stack: tuple[str, str],
+) -> None:
+    """A stream that ended while its client was not reading (the gateway's writes, and its
+    reads, paused): the connection still closes once idle for keep_alive_s (counted from
+    the answer's end, as before: what is left in the buffer is written before the close)."""
+    base, _ = fast_stack
+    end = b"data: [DONE]\n\n\r\n0\r\n\r\n"
+    with connect(base, rcvbuf=4096) as s:
+        s.sendall(stream_request(2000))  # ~340 KB
+        time.sleep(1.0)  # the engine is done long before
+        tail = b""
+        while not tail.endswith(end):
+            got = s.recv(65536)
+            assert got, tail[-300:]
+            tail = (tail + got)[-4096:]
+        t0 = time.monotonic()
+        closed, _ = closed_by_peer(s, 5.0)
+    assert closed and time.monotonic() - t0 < 3.5
+
+
+# -- 5: pipelined bodies ----------------------------------------------------------------
+
+
+def test_5_pipelined_bodies_are_not_buffered(
+    stack: tuple[str, int, Path, str], tmp_path: Path
+) -> None:
+    """Behind a ~4 s request, three pipelined POSTs of 8 MiB bodies (the body limit here):
+    while the first is served, the gateway holds none of them beyond one read."""
+    _, _, _, engine = stack
+    with start_gateway(tmp_path, engine, {"max_body_bytes": 8 * MIB}) as gw:  # type: ignore[attr-defined]
+        base, pid = gw.base_url, gw.proc.pid  # type: ignore[attr-defined]
+        before = settled_rss(pid, base)
+        big = b'{"model": "m", "prompt": "' + b"a" * (8 * MIB - 64) + b'"}'
+        with connect(base, timeout_s=0.5) as attacker, Watch(base, pid) as watch:
+            attacker.sendall(post("/v1/completions", completion(600, ignore_eos=True)))
+            for _ in range(3):
+                try:
+                    attacker.sendall(post("/v1/completions", big))
+                except TimeoutError:
+                    break  # the gateway stopped reading
+            time.sleep(1.0)
+        assert_unharmed(watch, before)
+
+
+# -- 6: malformed JSON ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"[" * 5000, b'{"model": "m", "prompt": "hi", "max_tokens": ' + b"9" * 5000 + b"}",
+     b'{"model": "m", "prompt": "hi", "x": ' + b'{"a": ' * 1500 + b"1" + b"}" * 1501,
+     b"\xff\xfe not utf-8"],
+    ids=["deep-array", "5000-digit-int", "deep-object", "not-utf8"],
+)  # fmt: skip
+def test_6_a_body_the_json_parser_refuses_is_a_400(
+    stack: tuple[str, int, Path, str], body: bytes
+) -> None:
+    base, _, log, _ = stack
+    with connect(base) as s:
+        s.sendall(post("/v1/completions", body, "connection: close\r\n"))
+        out = read_until(s, lambda b: False, 5.0)
+    assert status_of(out) == 400, out[:300]
+    assert error_of(out)["type"] == "invalid_request_error"
+    time.sleep(0.2)
+    assert "Traceback" not in log.read_text(errors="replace")
+
+
+# -- 7: Expect: 100-continue ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A gateway with one API key in front of the emulator at 1x."""
+    tmp = tmp_path_factory.mktemp("hardening-keyed")
+    with start_emulator(tmp, speedup=1.0) as emu:
+        config = {"api_keys": [{"key": KEY, "tenant": "t", "tier": "standard"}]}
+        with start_gateway(tmp, emu.base_url, config) as gw:  # type: ignore[attr-defined]
+            yield gw.base_url  # type: ignore[attr-defined]
+
+
+def test_7_100_continue_comes_in_its_turn_after_the_answers_before_it(keyed: str) -> None:
+    auth = f"authorization: Bearer {KEY}\r\n"
+    first = post("/v1/completions", completion(30, stream=True), auth)
+    second = completion(2)
+    head = post("/v1/completions", second, auth + "expect: 100-continue\r\n")[: -len(second)]
+    with connect(keyed) as s:
+        s.sendall(first + head)  # pipelined: the second's head arrives during the first
+        out = read_until(s, lambda b: b"100 Continue" in b, 5.0)
+        before, sep, _ = out.partition(b"HTTP/1.1 100 Continue\r\n\r\n")
+        assert sep, out[-300:]
+        assert before.startswith(b"HTTP/1.1 200 OK")
+        assert before.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"), "100 inside the stream"
+        s.sendall(second)
+        answer = read_until(s, whole_json, 5.0)
+    assert status_of(answer) == 200
+
+
+def test_7_a_bad_key_gets_401_and_no_100(keyed: str) -> None:
+    body = completion(2)
+    head = post("/v1/completions", body, "authorization: Bearer wrong-key-000\r\n"
+                "expect: 100-continue\r\n")[: -len(body)]  # fmt: skip
+    with connect(keyed) as s:
+        s.sendall(head)
+        out = read_until(s, lambda b: b.endswith(b"}}"), 5.0)
+        closed, _ = closed_by_peer(s, 3.0)
+    assert status_of(out) == 401, out[:100]
+    assert error_of(out)["code"] == "invalid_api_key"
+    assert closed
+
+
+# -- 8: an answer delimited by the backend's close ---------------------------------------
+
+
+@pytest.fixture
+async def closing_backend() -> AsyncIterator[str]:
+    """Answers with neither content-length nor chunking: the body ends when it closes."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length"))  # fmt: skip
+        request = json.loads(await reader.readexactly(length))
+        if request.get("stream"):
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n")
+            for text, finish in (("a", None), ("b", "length")):
+                choice = {"index": 0, "text": text, "finish_reason": finish}
+                writer.write(b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n")
+                await writer.drain()
+                await asyncio.sleep(0.02)
+            writer.write(b"data: [DONE]\n\n")
+        else:
+            answer = {"choices": [{"index": 0, "text": "ab", "finish_reason": "length"}],
+                      "usage": {"prompt_tokens": 1, "completion_tokens": 2}}  # fmt: skip
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n")
+            writer.write(json.dumps(answer).encode())
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+
+
+async def test_8_a_backend_answer_ended_by_close_is_a_whole_answer(
+    closing_backend: str, tmp_path: Path
+) -> None:
+    gw = start_gateway(tmp_path, closing_backend, {})
+    await asyncio.to_thread(gw.__enter__)
+    try:
+        base = gw.base_url  # type: ignore[attr-defined]
+        plain = await asyncio.to_thread(_exchange, base, completion(2))
+        streamed = await asyncio.to_thread(_exchange, base, completion(2, stream=True))
+        counted = await asyncio.to_thread(metrics, base)
+    finally:
+        await asyncio.to_thread(gw.stop)
+    assert status_of(plain) == 200, plain[:300]
+    assert json.loads(plain.split(b"\r\n\r\n", 1)[1])["usage"]["completion_tokens"] == 2
+    assert status_of(streamed) == 200
+    events = [e for e in streamed.split(b"\r\n\r\n", 1)[1].split(b"\n\n") if b"data:" in e]
+    assert events[-1].endswith(b"data: [DONE]") and b'"error"' not in streamed
+    assert counted['llm_request_total{class="standard",outcome="completed"}'] == 2
+    assert metric_sum(counted, "burstguard_upstream_errors_total") in (None, 0)
+
+
+def _exchange(base: str, body: bytes) -> bytes:
+    with connect(base) as s:
+        s.sendall(post("/v1/completions", body, "connection: close\r\n"))
+        return read_until(s, lambda b: False, 5.0)
+
+
+# -- 9: closing, and what a client is told -----------------------------------------------
+
+
+def test_9_an_answer_before_an_unread_body_is_read_not_reset(
+    stack: tuple[str, int, Path, str],
+) -> None:
+    """A 413 decided from the head while the client still sends its body and has not yet
+    read an earlier answer (so the answers wait in the gateway's socket): a close with the
+    body unread would reset the connection and drop them."""
+    base, _, _, _ = stack
+    head = (b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n" % (8 * MIB))  # fmt: skip
+    with connect(base, rcvbuf=4096, timeout_s=0.5) as s:
+        s.sendall(b"GET /openapi.json HTTP/1.1\r\nhost: x\r\n\r\n" + head)
+        time.sleep(0.2)  # both answered, the 413 closing the connection
+        with contextlib.suppress(OSError):
+            for _ in range(4):
+                s.sendall(b"a" * 65536)
+        try:
+            out = read_until(s, lambda b: b.endswith(b"}}"), 3.0)
+        except ConnectionResetError:
+            pytest.fail("the connection was reset before the answers were read")
+    first, second = re.findall(rb"HTTP/1\.1 (\d{3}) ", out)
+    assert (first, second) == (b"200", b"413")
+    assert json.loads(out.rsplit(b"\r\n\r\n", 1)[1])["error"]["code"] == "request_too_large"
+
+
+def test_9_clients_are_not_told_the_backends_address(tmp_path: Path) -> None:
+    port = free_port()
+    with start_gateway(tmp_path, f"http://127.0.0.1:{port}", {}) as gw:  # type: ignore[attr-defined]
+        base = gw.base_url  # type: ignore[attr-defined]
+        answers = [_exchange(base, completion(2))]
+        with connect(base) as s:
+            s.sendall(b"GET /ready HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            answers.append(read_until(s, lambda b: False, 5.0))
+            s.close()
+        with connect(base) as s:
+            s.sendall(b"GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            answers.append(read_until(s, lambda b: False, 5.0))
+    for out in answers:
+        assert status_of(out) == 503, out[:200]
+        assert str(port).encode() not in out and b"127.0.0.1" not in out, out
+
+
+@pytest.fixture
+async def failing_backend() -> AsyncIterator[str]:
+    """Answers 500 with a Python traceback for a body, as a crashing server might."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length"))  # fmt: skip
+        await reader.readexactly(length)
+        body = (b'Traceback (most recent call last):\n  File "/srv/secret/engine.py", '
+                b"line 7, in generate\nKeyError: 'kv'\n")  # fmt: skip
+        writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain\r\n"
+                     b"content-length: %d\r\n\r\n%b" % (len(body), body))  # fmt: skip
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+
+
+async def test_9_a_backends_traceback_is_logged_not_passed_on(
+    failing_backend: str, tmp_path: Path
+) -> None:
+    gw: ManagedProcess = start_gateway(tmp_path, failing_backend, {})
+    await asyncio.to_thread(gw.__enter__)
+    try:
+        out = await asyncio.to_thread(_exchange, gw.base_url, completion(2))  # type: ignore[attr-defined]
+    finally:
+        await asyncio.to_thread(gw.stop)
+    assert status_of(out) == 502
+    err = error_of(out)
+    assert err["code"] == "backend_500" and "Traceback" not in err["message"]
+    assert b"secret" not in out
+    assert "/srv/secret/engine.py" in Path(gw.log_path).read_text()  # type: ignore[arg-type]
