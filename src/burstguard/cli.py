@@ -56,6 +56,7 @@ def _register_all() -> None:
     ):
         module.register(app)
     __import__("burstguard.autoscale.cli", fromlist=["register"]).register(app)
+    __import__("burstguard.tune.cli", fromlist=["register"]).register(app)
 
 
 _register_all()

@@ -17,6 +17,9 @@
    for that mix, then the seed's burst pattern at 70% of it runs once direct to the engine
    and once through `burstguard gateway` (examples/gateway-demo*.yaml). A side-by-side table
    and reports/demo-gateway.html show both.
+6. (emulator only) reactive vs predictive scaling, live: `burstguard fleet` starts small
+   emulator replicas behind the gateway, each joining after a simulated cold start, on the
+   same bursty workload (`burstguard.demo_scaling`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from burstguard.demo_scaling import scaling_step
 from burstguard.procs import ManagedProcess, free_port
 
 GW_LOAD = 0.7  # share of the measured capacity offered by step 5's burst legs
@@ -152,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nstep 5: the gateway; emulator ({PROFILE}, {engine.gw_seqs} slots) on {port}")
     with engine.start(port, reports / "demo-gateway-emulator.log", engine.gw_seqs):
         gateway_step(engine, url, runs / "demo-gateway", reports)
+    print("\nstep 6: reactive vs predictive scaling of emulator replicas behind the gateway")
+    scaling_step(runs / "demo-scaling", reports)
     return 0
 
 

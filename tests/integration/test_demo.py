@@ -40,7 +40,7 @@ def test_demo_runs_and_writes_report(tmp_path: Path) -> None:
     (tmp_path / "examples").symlink_to(REPO_ROOT / "examples")
     proc = subprocess.run(
         [BURSTGUARD[0], "-m", "burstguard.demo"], cwd=tmp_path, capture_output=True,
-        text=True, timeout=300,
+        text=True, timeout=480,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "verdict: FAIL" in proc.stdout
@@ -61,6 +61,11 @@ def test_demo_runs_and_writes_report(tmp_path: Path) -> None:
     assert "batch P95 TTFT" in proc.stdout and "output tokens/s over the run" in proc.stdout
     assert "interactive TTFT <= 1 s" in proc.stdout
     assert (tmp_path / "reports" / "demo-gateway.html").stat().st_size > 100_000
+    # step 6: both policies scaled real emulator replicas behind the gateway
+    assert "reactive (KEDA queue)" in proc.stdout and "predictive" in proc.stdout
+    for tag in ("reactive", "predictive"):
+        books = json.loads((tmp_path / "runs" / "demo-scaling" / f"{tag}-fleet.json").read_text())
+        assert max(books["replicas"]["ready"]) >= 2 and books["replica_seconds"] > 0, books
 
 
 def test_demo_engine_choice_errors_are_clear(tmp_path: Path) -> None:

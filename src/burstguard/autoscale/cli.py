@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import yaml
@@ -77,6 +77,78 @@ def export_cmd(
         raise UserError(f"{out}: cannot write the manifests ({exc.strerror})") from None
 
 
+def fleet_cmd(
+    policy: Annotated[str, typer.Option("--policy", help=_POLICY_HELP)],
+    gateway: Annotated[
+        str,
+        typer.Option("--gateway", help="the gateway's base URL (its /metrics drives the policy)"),
+    ],
+    backend_file: Annotated[
+        Path,
+        typer.Option("--file", help="backend list the gateway watches (fleet.discovery.file)"),
+    ],
+    profile: Annotated[str, typer.Option("--profile", help="each emulator's profile")] = (
+        "llama3-8b-h100"
+    ),
+    max_num_seqs: Annotated[
+        int, typer.Option("--max-num-seqs", min=1, help="each emulator's slots")
+    ] = 256,
+    speedup: Annotated[
+        float, typer.Option("--speedup", min=0.01, help="emulator speedup; times are engine s")
+    ] = 1.0,
+    min_replicas: Annotated[int | None, typer.Option("--min-replicas")] = None,
+    max_replicas: Annotated[int | None, typer.Option("--max-replicas")] = None,
+    cold_start_s: Annotated[
+        float | None, typer.Option("--cold-start-s", help="fixed cold start (engine s)")
+    ] = None,
+    duration: Annotated[
+        float | None, typer.Option("--duration", help="wall seconds to run (default: until ^C)")
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="write the fleet's books here at the end")
+    ] = None,
+    log_dir: Annotated[Path | None, typer.Option("--log-dir", help="emulator logs")] = None,
+) -> None:
+    """Run a local fleet: emulator processes as replicas, sized by POLICY from the
+    gateway's metrics, each joining the backend file after a simulated cold start."""
+    import asyncio
+    import json
+    import signal
+    import sys
+
+    from burstguard.autoscale.config import load_policy
+    from burstguard.autoscale.local_fleet import LocalFleet
+
+    scaling = load_policy(policy).with_overrides(
+        min_replicas=min_replicas, max_replicas=max_replicas, cold_start_s=cold_start_s
+    )
+    if scaling.min_replicas < 1:
+        raise UserError("--min-replicas: a local fleet keeps at least one replica")
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+
+    def argv(port: int) -> list[str]:
+        return [sys.executable, "-m", "burstguard.cli", "emulate", "--profile", profile,
+                "--host", "127.0.0.1", "--port", str(port), "--speedup", str(speedup),
+                "--max-num-seqs", str(max_num_seqs)]  # fmt: skip
+
+    async def main() -> dict[str, Any]:
+        fleet = LocalFleet(scaling, backend_file, gateway, argv, speedup=speedup, log_dir=log_dir)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):  # stop cleanly: the books are written
+            loop.add_signal_handler(sig, fleet.stop)
+        return await fleet.run(duration)
+
+    books = asyncio.run(main())
+    print(
+        f"replica-seconds {books['replica_seconds']:.0f} (engine), scale events "
+        f"{len(books['scale_events'])}, ready max {max(books['replicas']['ready'])}"
+    )
+    if json_out is not None:
+        json_out.write_text(json.dumps(books, indent=2) + "\n", encoding="utf-8")
+
+
 def register(app: typer.Typer) -> None:
-    """Adds `scaling` (presets, show, export)."""
+    """Adds `scaling` (presets, show, export) and `fleet`."""
     app.add_typer(scaling_app, name="scaling")
+    app.command("fleet")(fleet_cmd)

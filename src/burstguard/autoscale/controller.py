@@ -9,6 +9,8 @@ replicas series a summary reports; `desired` is `burstguard_desired_replicas`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from burstguard.autoscale.fleet import Fleet, FleetEffect
 from burstguard.autoscale.policy import Autoscaler, Decision, Signals
 
@@ -41,6 +43,25 @@ class ScalingController:
                 self.decisions.append(decision)
                 effects += self.fleet.scale_to(decision.desired, now)
         return effects
+
+    def report(self, now: float) -> dict[str, Any]:
+        """The books a summary carries: `replica_seconds` up to `now`, the `replicas`
+        series (desired, starting, ready, draining from each time on) and `scale_events`."""
+        hist = self.fleet.history
+        return {
+            "replica_seconds": self.fleet.replica_seconds(now),
+            "replicas": {
+                "t": [h.time for h in hist],
+                "desired": [h.desired for h in hist],
+                "starting": [h.starting for h in hist],
+                "ready": [h.ready for h in hist],
+                "draining": [h.draining for h in hist],
+            },
+            "scale_events": [
+                {"t": d.time, "desired": d.desired, "reason": d.reason, **dict(d.detail)}
+                for d in self.decisions
+            ],
+        }
 
     def mark_ready(self, replica_id: int, now: float) -> list[FleetEffect]:
         return self.fleet.mark_ready(replica_id, now)

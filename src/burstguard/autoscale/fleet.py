@@ -146,6 +146,10 @@ class Fleet:
             c[r.state] += 1
         return FleetCounts(c["starting"], c["ready"], c["draining"])
 
+    def ids(self, state: State) -> list[int]:
+        """The ids of the replicas in `state`, in order."""
+        return sorted(r.id for r in self._replicas.values() if r.state == state)
+
     def next_event_at(self) -> float:
         """When `advance` next has something to do (a replica ready, a drain timing out)."""
         return min((r.until for r in self._pending()), default=math.inf)

@@ -8,13 +8,16 @@ decisions live and in `burstguard sim --gateway`. Validation errors name the bad
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from burstguard.errors import UserError
 from burstguard.gateway.fleet.config import FleetConfig, check_backend_urls
+
+if TYPE_CHECKING:
+    from burstguard.autoscale.config import ScalingPolicy
 
 
 class _Strict(BaseModel):
@@ -188,6 +191,38 @@ class PredictorConfig(_Strict):
     )  # fmt: skip
 
 
+class AutoscalerConfig(_Strict):
+    """The scaling policy the gateway runs on its own signals (docs/autoscaling.md): it
+    exports the decision as `burstguard_desired_replicas` for KEDA to act on."""
+
+    policy: str = Field(
+        min_length=1, description="a preset (keda-queue, keda-rate, kpa, predictive) or a file"
+    )
+    min_replicas: int | None = Field(None, ge=0)
+    max_replicas: int | None = Field(None, ge=1)
+    cold_start_s: float | None = Field(None, ge=0)
+    initial_replicas: int | None = Field(
+        None, ge=0, description="the count the model starts from (default: the minimum)"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> AutoscalerConfig:
+        self.scaling_policy()  # a bad name, file or override fails at load, naming the field
+        return self
+
+    def scaling_policy(self) -> ScalingPolicy:
+        from burstguard.autoscale import load_policy
+
+        try:
+            return load_policy(self.policy).with_overrides(
+                min_replicas=self.min_replicas,
+                max_replicas=self.max_replicas,
+                cold_start_s=self.cold_start_s,
+            )
+        except UserError as exc:
+            raise ValueError(str(exc)) from None
+
+
 def _default_classes() -> tuple[ClassConfig, ...]:
     return (
         ClassConfig(name="interactive", rank=0, ttft_target_s=1.0, queue_deadline_s=5.0),
@@ -234,6 +269,7 @@ class GatewayConfig(_Strict):
     policy: PolicyConfig = PolicyConfig()
     admission: AdmissionConfig = AdmissionConfig()
     predictor: PredictorConfig = PredictorConfig()
+    autoscaler: AutoscalerConfig | None = None
     fleet: FleetConfig = FleetConfig()
 
     @model_validator(mode="after")

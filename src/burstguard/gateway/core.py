@@ -213,7 +213,14 @@ class GatewayCore:
         url = event.backend
         self.fleet.on_metrics(url, event.state, self._fnow(now))
         self._backend_states[url] = event.state
-        self._backend = event.state if len(self.fleet.backends) == 1 else None
+        sole = len(self.fleet.backends) == 1
+        if not sole and self._backend is not None:
+            # the fleet grew past one backend: their own caps adapt from now on, and the
+            # gateway-wide caps (shrunk while one backend was alone, say overloaded
+            # before a scale-up) go back to the configured ones; nothing adapts them now
+            self._limits.requests = self._adm.max_in_flight
+            self._limits.tokens = self._adm.max_in_flight_tokens or math.inf
+        self._backend = event.state if sole else None
 
     def _backend_limit(self, url: str, now: float) -> InFlightLimits:
         lim = self._backend_limits.get(url)

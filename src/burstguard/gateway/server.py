@@ -57,6 +57,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from burstguard.autoscale.live import LiveScaler, ScalingCollector
+from burstguard.autoscale.signals import gateway_signals
 from burstguard.errors import UserError
 from burstguard.gateway.api import (
     BadRequest,
@@ -67,7 +69,7 @@ from burstguard.gateway.api import (
     parse_request,
 )
 from burstguard.gateway.auth import AuthError, Identity, KeyAuthenticator
-from burstguard.gateway.config import BackendConfig, GatewayConfig
+from burstguard.gateway.config import AutoscalerConfig, BackendConfig, GatewayConfig
 from burstguard.gateway.core import TICK_S, GatewayCore
 from burstguard.gateway.errors import (
     JSON_HEADER,
@@ -165,6 +167,7 @@ class Gateway:
         self.metrics = GatewayMetrics(self._snapshot, self._clock)
         self.shared = SharedState(config.fleet.redis) if config.fleet.redis.url else None
         self.metrics.registry.register(FleetCollector(self.fleet, self._clock, self.shared))
+        self.scaler = self._scaler(config.autoscaler)
         self._waiting: dict[str, asyncio.Future[Effect]] = {}
         self._running: dict[str, _Exchange] = {}
         self._session: aiohttp.ClientSession | None = None
@@ -237,6 +240,23 @@ class Gateway:
             await self.shared.connect()  # unreachable: degraded (a warning), or required
             self._syncer = loop.create_task(self._sync())
         self._ticker = loop.create_task(self._tick())
+        if self.scaler is not None:
+            self._spawn(self.scaler.run())
+
+    def _scaler(self, cfg: AutoscalerConfig | None) -> LiveScaler | None:
+        """The autoscaler policy on the core's clock and its signals; its decision and
+        figures on /metrics."""
+        if cfg is None:
+            return None
+        ctl = cfg.scaling_policy().build_controller(
+            initial_replicas=cfg.initial_replicas, start=self._now()
+        )
+        self.metrics.registry.register(ScalingCollector(ctl))
+
+        def signals() -> dict[str, float]:
+            return gateway_signals(self.core.stats, self._arrivals)
+
+        return LiveScaler(ctl, self._now, signals, speedup=self._speedup)
 
     async def stop(self) -> None:
         for task in (self._ticker, self._syncer, *self._background):

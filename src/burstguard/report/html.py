@@ -3,6 +3,8 @@
 One file that opens offline: plotly.js is inlined once, every figure is a plotly div, and
 the tables are plain HTML. Plots: offered vs completed requests per second, TTFT over time
 (points plus a rolling p95), engine queue depth and KV usage when the run scraped them,
+the autoscaled fleet (arrivals, replicas desired vs ready, gateway queue, TTFT on one time
+axis) for a sim run with an autoscaler,
 TTFT and E2E CDFs; tables: the verdict (for a compare), the summary and per-class figures.
 """
 
@@ -22,6 +24,7 @@ from plotly.subplots import make_subplots
 
 from burstguard.bench.compare import KV_METRICS, QUEUE_METRICS, Verdict, server_column
 from burstguard.bench.records import RequestRecord
+from burstguard.report.fleet_plot import fleet_figure
 from burstguard.report.table import fmt_leg, fmt_value
 
 Leg = tuple[str, dict[str, Any], Sequence[RequestRecord]]
@@ -394,6 +397,7 @@ def render(
         ("rate", _rate_figure(legs)),
         ("ttft", _ttft_figure(legs)),
         ("server", _server_figure(legs)),
+        ("fleet", fleet_figure(legs)),
         ("cdf", _cdf_figure(legs)),
     ]
     plots = "\n".join(_fig_html(fig, f"plot-{name}") for name, fig in figures if fig is not None)

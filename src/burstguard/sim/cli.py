@@ -17,6 +17,7 @@ from burstguard.workload.options import pattern_options
 from burstguard.workload.synth import PatternSpec
 
 if TYPE_CHECKING:
+    from burstguard.gateway.config import GatewayConfig
     from burstguard.sim.loop import SimResult
 
 
@@ -46,6 +47,45 @@ def sim(
         Path | None,
         typer.Option(
             "--gateway", help="Gateway config (YAML): run its policies in front of the engine."
+        ),
+    ] = None,
+    replicas: Annotated[
+        int,
+        typer.Option(
+            "--replicas",
+            min=0,
+            max=1024,
+            help="Engine replicas behind the gateway's router (needs --gateway or "
+            "--autoscaler); with --autoscaler, the count it starts from (default: its minimum).",
+        ),
+    ] = 0,
+    autoscaler: Annotated[
+        str | None,
+        typer.Option(
+            "--autoscaler",
+            help="Scale the replicas with this policy: a preset (keda-queue, keda-rate, kpa, "
+            "predictive) or a policy YAML file (`burstguard scaling show NAME`).",
+            rich_help_panel="Autoscaling",
+        ),
+    ] = None,
+    min_replicas: Annotated[
+        int | None,
+        typer.Option(
+            "--min-replicas", help="Override the policy's minimum.", rich_help_panel="Autoscaling"
+        ),
+    ] = None,
+    max_replicas: Annotated[
+        int | None,
+        typer.Option(
+            "--max-replicas", help="Override the policy's maximum.", rich_help_panel="Autoscaling"
+        ),
+    ] = None,
+    cold_start_s: Annotated[
+        float | None,
+        typer.Option(
+            "--cold-start-s",
+            help="A fixed cold start instead of the policy's distribution (seconds).",
+            rich_help_panel="Autoscaling",
         ),
     ] = None,
     concurrency: Annotated[
@@ -88,8 +128,8 @@ def sim(
         ),
     ] = 1,
 ) -> None:
-    """Simulate one engine (or, with --gateway, N replicas behind the gateway's router) on
-    a workload; prints latency percentiles (engine time).
+    """Simulate one engine (or, with --gateway or --autoscaler, replicas behind the
+    gateway's router) on a workload; prints latency percentiles (engine time).
 
     The load is one of --trace, --pattern (open loop), --concurrency N (closed loop),
     --burst-cycle (the seed's closed burst cycle), or --scenario steady-vs-burst (both of
@@ -125,12 +165,34 @@ def sim(
     except ValueError as exc:
         raise UserError(f"--slo: {exc}") from None
     gateway_config = None
-    if replicas > 1 and gateway is None:
+    scaling = None
+    if autoscaler is None and (min_replicas, max_replicas, cold_start_s) != (None,) * 3:
+        raise UserError("--min-replicas, --max-replicas, --cold-start-s need --autoscaler")
+    if autoscaler is not None:
+        from burstguard.autoscale import load_policy
+
+        if closed:
+            raise UserError("--autoscaler runs open-loop loads only (--trace or --pattern)")
+        scaling = load_policy(autoscaler).with_overrides(
+            min_replicas=min_replicas, max_replicas=max_replicas, cold_start_s=cold_start_s
+        )
+        replicas = replicas or scaling.min_replicas
+        if not scaling.min_replicas <= replicas <= scaling.max_replicas:
+            raise UserError(
+                f"--replicas {replicas}: outside the policy's {scaling.min_replicas}.."
+                f"{scaling.max_replicas} (--min-replicas / --max-replicas)"
+            )
+        if replicas < 1:
+            raise UserError("--replicas: the simulation starts with at least one replica")
+    replicas = replicas or 1
+    if replicas > 1 and gateway is None and scaling is None:
         raise UserError("--replicas: needs --gateway CONFIG (the router that spreads them)")
     if gateway is not None:  # before the workload: a bad config fails fast
         from burstguard.gateway.config import GatewayConfig
 
         gateway_config = GatewayConfig.load(gateway)
+    elif scaling is not None:
+        gateway_config = fleet_gateway(scaling.max_replicas)
     extra: dict[str, Any] = {}
     result: SimResult
     if closed:
@@ -145,9 +207,18 @@ def sim(
         if gateway_config is not None:
             from burstguard.sim.gateway_loop import gateway_summary, simulate_gateway
 
-            gw_result = simulate_gateway(workload, engine_config, profile, gateway_config, replicas)
-            extra["gateway"] = gateway_summary(gw_result, gateway_config, source=str(gateway))
+            gw_result = simulate_gateway(
+                workload, engine_config, profile, gateway_config, replicas, scaling=scaling
+            )
+            extra["gateway"] = gateway_summary(
+                gw_result, gateway_config, source=str(gateway) if gateway else "default (fleet)"
+            )
             extra["gateway"]["routed"] = gw_result.routed
+            if gw_result.scaling is not None:
+                extra.update(gw_result.scaling)
+                extra["autoscaler"] = {"policy": autoscaler, "kind": scaling.kind}  # type: ignore[union-attr]
+            else:
+                extra["replica_seconds"] = replicas * gw_result.end_s
             result = gw_result
         else:
             result = simulate(workload, engine_config, profile)
@@ -171,6 +242,8 @@ def sim(
         f"E2E  p50 {ms(e['p50'])}  p95 {ms(e['p95'])}\n"
         f"SLO attainment {summary['slo_attainment']:.1%}"
     )
+    if "scale_events" in summary:
+        print(scaling_line(summary))
     if "gateway" in summary:
         print(class_table(summary))
         routed = summary["gateway"]["routed"] or {}
@@ -275,6 +348,27 @@ def _closed(
     client = Users(shapes, concurrency, duration, think_time, ramp)
     result = simulate_closed(client, engine_config, profile)
     return result, {"mode": "closed", "concurrency": concurrency}
+
+
+def fleet_gateway(max_replicas: int) -> GatewayConfig:
+    """The gateway in front of an autoscaled fleet when no --gateway is given: the default
+    policies, with the in-flight cap per replica (256, vLLM's max-num-seqs default) and
+    room for all of them in the total."""
+    from burstguard.gateway.config import GatewayConfig
+
+    return GatewayConfig.from_dict(
+        {"admission": {"max_in_flight": 256 * max_replicas, "max_in_flight_per_backend": 256}}
+    )
+
+
+def scaling_line(summary: dict[str, Any]) -> str:
+    """One line on what the fleet cost and did."""
+    reps = summary["replicas"]
+    return (
+        f"replica-seconds {summary['replica_seconds']:.0f}, scale events "
+        f"{len(summary['scale_events'])}, ready replicas max {max(reps['ready'], default=0)}, "
+        f"desired max {max(reps['desired'], default=0)}"
+    )
 
 
 def class_table(summary: dict[str, Any]) -> str:

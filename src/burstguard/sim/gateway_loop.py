@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from burstguard.autoscale import ScalingPolicy
+from burstguard.autoscale.signals import gateway_signals
 from burstguard.bench.records import RequestRecord
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.core import EngineRequest, RequestRejected, StepResult, check_priority
@@ -55,6 +57,7 @@ from burstguard.gateway.events import (
 )
 from burstguard.gateway.fleet.fleet import Fleet
 from burstguard.gateway.request import GatewayRequest
+from burstguard.sim.autoscaling import ScalingDriver
 from burstguard.sim.heap import EventHeap
 from burstguard.sim.loop import RecordBook, SimResult, served_prompt
 from burstguard.sim.replicas import ReplicaSet, replica_id
@@ -75,6 +78,7 @@ class GatewaySimResult(SimResult):
     gateway: GatewayStats | None = None
     reprefill_tokens: int = 0
     routed: dict[str, int] | None = None  # replica -> requests sent to it (failovers incl.)
+    scaling: dict[str, Any] | None = None  # `ScalingDriver.summary`, with an autoscaler
 
 
 def _next_on_grid(t: float, period: float) -> float:
@@ -93,6 +97,8 @@ class _GatewaySim:
         gateway: GatewayConfig,
         replicas: int = 1,
         replica_profiles: Sequence[Profile] | None = None,
+        scaling: ScalingPolicy | None = None,
+        seed: int = 0,
     ) -> None:
         if replicas < 1:
             raise ValueError("replicas must be >= 1")
@@ -108,12 +114,14 @@ class _GatewaySim:
         for i in range(replicas):
             own = None if replica_profiles is None else replica_profiles[i]
             self.replicas.add_replica(replica_id(i), 0.0, own)
-        # the engine-side series is the first replica's (one engine's /metrics, as bench
-        # scrapes one target)
-        self.recorder = SeriesRecorder(self.replicas.engine(replica_id(0)))
         self.profile = profile
         self.where: dict[str, str] = {}  # request id -> the replica running it
         self.routed: dict[str, int] = {}
+        # the engine's series (`server_series`) is the first replica's, as bench scrapes one
+        # target; none under an autoscaler, which may drain that replica away
+        self.recorder = (
+            SeriesRecorder(self.replicas.engine(replica_id(0))) if scaling is None else None
+        )
         self.book = RecordBook()
         self.max_tokens: dict[str, int] = {}
         self.reprefill_tokens = 0
@@ -121,11 +129,19 @@ class _GatewaySim:
         self.scrape_s = gateway.scrape_interval_s * gateway.engine_speedup
         self._clocked = False  # the tick and scrape are scheduled
         self._generation = 0  # bumped when they stop: a stopped one scheduled before drops
+        self.arrivals = 0
+        self.scaler = (
+            None
+            if scaling is None
+            else ScalingDriver(self.heap, self.replicas, scaling, replicas, self._signals,
+                               self._scaling_active, seed)
+        )  # fmt: skip
 
     # -- clients -----------------------------------------------------------------------
 
     def arrive(self, i: int, now: float) -> None:
         spec = self.workload.spec(i)
+        self.arrivals += 1
         cls = self.config.class_by_name(spec.priority_class).name
         self.book.open(spec, served_prompt(spec, self.profile), priority_class=cls)
         self.max_tokens[spec.id] = spec.max_tokens
@@ -213,6 +229,12 @@ class _GatewaySim:
         self._clocked = False
         return True
 
+    def _signals(self) -> dict[str, float]:
+        return gateway_signals(self.gw.stats, self.arrivals)
+
+    def _scaling_active(self) -> bool:
+        return self.arrivals < len(self.workload) or not self._idle()
+
     def _idle(self) -> bool:
         s = self.gw.stats
         return self.replicas.idle and s.in_flight_requests == 0 and not any(s.queue_depth.values())
@@ -221,7 +243,7 @@ class _GatewaySim:
 
     def step_end(self, replica: str, result: StepResult, now: float) -> None:
         events = self.book.apply(result)
-        if replica == replica_id(0):
+        if self.recorder is not None and replica == replica_id(0):
             self.recorder.observe(now, result.num_prefill_tokens + result.num_decode_seqs, 1)
         for rid in events.first_token:
             self.event(FirstToken(rid), now)
@@ -242,10 +264,11 @@ class _GatewaySim:
             preemptions=self.replicas.preemptions,
             steps=self.replicas.steps,
             end_s=end,
-            series=self.recorder.series(end),
+            series=None if self.recorder is None else self.recorder.series(end),
             gateway=self.gw.stats,
             reprefill_tokens=self.reprefill_tokens,
             routed=dict(self.routed),
+            scaling=None if self.scaler is None else self.scaler.summary(end),
         )
 
 
@@ -256,11 +279,17 @@ def simulate_gateway(
     gateway: GatewayConfig,
     replicas: int = 1,
     replica_profiles: Sequence[Profile] | None = None,
+    scaling: ScalingPolicy | None = None,
+    seed: int = 0,
 ) -> GatewaySimResult:
     """Runs `workload` through the gateway policies of `gateway` into `replicas` engine
     replicas behind its router (each of `profile`, or of its own `replica_profiles`), in
-    virtual time; every request ends completed, rejected (429) or refused by the engine."""
-    return _GatewaySim(workload, engine, profile, gateway, replicas, replica_profiles).run()
+    virtual time; every request ends completed, rejected (429) or refused by the engine.
+    With `scaling`, its autoscaler adds and drains replicas from `replicas` on (cold starts
+    drawn with `seed`)."""
+    return _GatewaySim(
+        workload, engine, profile, gateway, replicas, replica_profiles, scaling, seed
+    ).run()
 
 
 def gateway_summary(

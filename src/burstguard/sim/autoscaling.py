@@ -1,0 +1,111 @@
+"""The autoscaler on the simulator's event heap: one `ScalingController` (policy + fleet
+state machine, `burstguard.autoscale`) driving the gateway simulation's `ReplicaSet`.
+
+The controller decides and keeps the books (replicas series, replica-seconds, scale
+events); this entity only carries its effects out in virtual time: a replica that the
+fleet reports ready is added to the `ReplicaSet` (routable from then on), one it drains
+is drained there and reported back when its last request has finished. Signals are what
+the live gateway exports at that instant (`llm_request_queue_depth`,
+`burstguard_in_flight_requests`, `burstguard_arrivals_total`, `llm_request_total`).
+It also samples the gateway's queue once a second for the report.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+from burstguard.autoscale import (
+    DrainReplica,
+    FleetEffect,
+    ReplicaReady,
+    ScalingController,
+    ScalingPolicy,
+    Signals,
+    StopReplica,
+)
+from burstguard.sim.heap import EventHeap
+from burstguard.sim.replicas import ReplicaSet, replica_id
+
+AUTOSCALE = 4  # tie rank: after a step's end (0), arrivals (1), the scrape (2) and tick (3)
+SAMPLE_S = 1.0
+
+
+class ScalingDriver:
+    """Runs `policy` over `replicas` from `initial` ready ones; stops when `active()` is
+    false (the workload is over and everything has finished)."""
+
+    def __init__(
+        self,
+        heap: EventHeap,
+        replicas: ReplicaSet,
+        policy: ScalingPolicy,
+        initial: int,
+        signals: Callable[[], Signals],
+        active: Callable[[], bool],
+        seed: int = 0,
+    ) -> None:
+        self.heap = heap
+        self.replicas = replicas
+        self.policy = policy
+        self.controller: ScalingController = policy.build_controller(
+            initial_replicas=initial, seed=seed, start=0.0
+        )
+        self._signals = signals
+        self._active = active
+        self.queue_series: list[tuple[float, float]] = []
+        self._due = math.inf  # the controller's event already on the heap
+        self._sampling = False
+        self.schedule(0.0)
+
+    def schedule(self, now: float) -> None:
+        """Puts the controller's next event (and the next queue sample) on the heap."""
+        t = self.controller.next_event_at()
+        if t < self._due:
+            self._due = max(t, now)
+            self.heap.at(self._due, AUTOSCALE, self._fire)
+        if not self._sampling:
+            self._sampling = True
+            self.heap.at(math.floor(now / SAMPLE_S) * SAMPLE_S + SAMPLE_S, AUTOSCALE, self._sample)
+
+    def _fire(self, now: float) -> None:
+        if now != self._due:
+            return  # superseded by an earlier one
+        self._due = math.inf
+        self.carry_out(self.controller.advance(now, self._signals()), now)
+        if self._active():
+            self.schedule(now)
+
+    def _sample(self, now: float) -> None:
+        s = self._signals()
+        self.queue_series.append((now, s["llm_request_queue_depth"]))
+        self._sampling = False
+        if self._active():
+            self.schedule(now)
+
+    def carry_out(self, effects: list[FleetEffect], now: float) -> None:
+        for e in effects:
+            if isinstance(e, ReplicaReady):
+                self.replicas.add_replica(replica_id(e.replica_id), now)
+            elif isinstance(e, DrainReplica):
+                self.replicas.drain_replica(
+                    replica_id(e.replica_id), now, functools.partial(self._drained, e.replica_id)
+                )
+            elif isinstance(e, StopReplica) and e.reason == "drain_timeout":
+                pass  # the ReplicaSet lets its requests finish; the fleet stopped paying
+        # StartReplica: nothing to do until the fleet says it is ready (its cold start)
+
+    def _drained(self, rid: int, now: float) -> None:
+        self.carry_out(self.controller.drained(rid, now), now)
+
+    def summary(self, end_s: float) -> dict[str, Any]:
+        """`replica_seconds`, the replicas series, the scale events, the queue samples."""
+        return {
+            **self.controller.report(end_s),
+            "queue_depth": {
+                "t": [t for t, _ in self.queue_series],
+                "value": [v for _, v in self.queue_series],
+            },
+        }

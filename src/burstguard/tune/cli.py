@@ -1,0 +1,294 @@
+"""CLI: `burstguard tune` — search engine flags in virtual time for the best goodput per
+replica-second under per-class SLOs; prints the Pareto frontier and the chosen config."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from burstguard.engine.config import EngineConfig
+from burstguard.engine.options import engine_options
+from burstguard.engine.profile import Profile
+from burstguard.errors import UserError
+from burstguard.tune.objective import (
+    ClassSlos,
+    EngineObjective,
+    ScalingObjective,
+    Trial,
+    jittered,
+)
+from burstguard.tune.search import (
+    Runner,
+    best,
+    coordinate_descent,
+    grid_search,
+    pareto_front,
+    rank_key,
+)
+from burstguard.tune.space import (
+    ENGINE_KNOBS,
+    Candidate,
+    describe,
+    grid,
+    parse_axes,
+    scaling_knobs,
+)
+from burstguard.workload.options import pattern_options
+from burstguard.workload.spec import Workload
+from burstguard.workload.synth import PatternSpec
+
+ROBUST_TOLERANCE = 0.05
+"""The winner is robust when no other finalist beats it by more than this on the second
+seed (the workload's own variance moves every finalist alike, so it is only reported)."""
+
+
+@pattern_options()
+@engine_options
+def tune(
+    profile: Profile,
+    engine_config: EngineConfig,
+    pattern_spec: PatternSpec | None,
+    trace: Annotated[
+        Path | None, typer.Option("--trace", help="Trace file (any analyze format).")
+    ] = None,
+    trace_format: Annotated[
+        str | None, typer.Option("--format", help="Trace format override.")
+    ] = None,
+    axis: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--axis",
+            help="KNOB=V1,V2,... values to try (repeatable); knobs: "
+            + ", ".join(ENGINE_KNOBS)
+            + ". Knobs not named take their default values.",
+        ),
+    ] = None,
+    search: Annotated[
+        str,
+        typer.Option(
+            "--search", help="descent (coordinate descent, few runs) | grid (every combination)"
+        ),
+    ] = "descent",
+    slo: Annotated[
+        str, typer.Option("--slo", help="default SLO, e.g. ttft=0.5,tpot=0.05 (seconds)")
+    ] = "ttft=0.5,tpot=0.05",
+    class_slo: Annotated[
+        list[str] | None,
+        typer.Option("--class-slo", help="CLASS:ttft=S,tpot=S for one class (repeatable)"),
+    ] = None,
+    autoscaler: Annotated[
+        str | None,
+        typer.Option(
+            "--autoscaler",
+            help="Tune this scaling policy's knobs (policy, threshold, window, min-replicas, "
+            "cooldown) on the simulated fleet instead of the engine flags.",
+            rich_help_panel="Autoscaling",
+        ),
+    ] = None,
+    max_replicas: Annotated[
+        int | None,
+        typer.Option(
+            "--max-replicas",
+            help="the fleet's maximum (fixed while tuning)",
+            rich_help_panel="Autoscaling",
+        ),
+    ] = None,
+    cold_start_s: Annotated[
+        float | None,
+        typer.Option(
+            "--cold-start-s", help="a fixed cold start (seconds)", rich_help_panel="Autoscaling"
+        ),
+    ] = None,
+    workers: Annotated[
+        int, typer.Option("--workers", help="worker processes (default: the machine's cores)")
+    ] = 0,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Write every trial and the winner here.")
+    ] = None,
+) -> None:
+    """Tune the engine flags (or, with --autoscaler, the scaling policy on a simulated
+    fleet) on a trace or a pattern: prints the Pareto frontier (cost vs SLO attainment)
+    and the config with the best goodput per replica-second, re-checked on a second seed."""
+    if (trace is None) == (pattern_spec is None):
+        raise UserError("give exactly one of --trace FILE or --pattern NAME")
+    if search not in ("descent", "grid"):
+        raise UserError(f"--search must be descent or grid (got {search!r})")
+    if workers < 0:
+        raise UserError("--workers must be >= 0 (0: one per core)")
+    slos = ClassSlos.parse(slo, class_slo or [])
+    workload, second = _workloads(trace, trace_format, pattern_spec)
+    objective: EngineObjective | ScalingObjective
+    if autoscaler is not None:
+        from burstguard.autoscale import load_policy
+
+        base = load_policy(autoscaler).with_overrides(
+            max_replicas=max_replicas, cold_start_s=cold_start_s
+        )
+        axes = parse_axes(axis or [], scaling_knobs(base.model_dump(mode="json")))
+        objective = ScalingObjective(workload, engine_config, profile, slos, autoscaler,
+                                     max_replicas, cold_start_s)  # fmt: skip
+    else:
+        if max_replicas is not None or cold_start_s is not None:
+            raise UserError("--max-replicas and --cold-start-s need --autoscaler")
+        axes = parse_axes(axis or [], ENGINE_KNOBS)
+        objective = EngineObjective(workload, engine_config, profile, slos)
+    candidates = [c for c in grid(axes) if objective.valid(c)]
+    if not candidates:
+        raise UserError(
+            "no valid combination of the --axis values (vLLM, or the policy's limits, "
+            "would refuse each)"
+        )
+    n_workers = workers or os.cpu_count() or 1
+    started = time.monotonic()
+    with _ProgressBar(len(candidates)) as advance, Runner(objective, n_workers, advance) as runner:
+        if search == "grid":
+            trials = grid_search(candidates, runner)
+        else:
+            start = objective.start(axes)
+            if not objective.valid(start):
+                start = candidates[0]
+            trials = coordinate_descent(axes, start, runner, objective.valid)
+    elapsed = time.monotonic() - started
+    winner = best(trials)
+    finalists = sorted(trials, key=rank_key, reverse=True)[:3]  # the winner first
+    with Runner(replace(objective, workload=second), n_workers) as recheck:
+        again = recheck.run([t.candidate for t in finalists])
+    verdict = robustness(winner, finalists, again)
+    print(frontier_table(pareto_front(trials), winner))
+    print(
+        f"\n{search}: {runner.evaluations} simulations of {len(candidates)} candidates "
+        f"in {elapsed:.1f} s on {n_workers} worker(s)"
+    )
+    print(f"chosen: {describe(winner.candidate)}")
+    if autoscaler is None:
+        print(f"  vllm serve ... {vllm_flags(winner.candidate)}")
+    else:
+        print("  policy file (burstguard sim --autoscaler FILE, scaling export FILE):")
+        print("    " + objective.scaling(winner.candidate).to_yaml().replace("\n", "\n    "))  # type: ignore[union-attr]
+    print(
+        f"  goodput {winner.goodput_per_replica_s:.3f} req per replica-s, "
+        f"SLO attainment {winner.attainment:.1%}, {winner.replica_seconds:.0f} replica-s"
+    )
+    print(verdict["message"])
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(
+            json.dumps(
+                {"search": search, "wall_s": elapsed, "evaluations": runner.evaluations,
+                 "trials": [trial_json(t) for t in trials], "winner": trial_json(winner),
+                 "second_seed": [trial_json(t) for t in again], "robust": verdict["robust"]},
+                indent=2,
+            ) + "\n",
+            encoding="utf-8",
+        )  # fmt: skip
+
+
+def _workloads(
+    trace: Path | None, fmt: str | None, spec: PatternSpec | None
+) -> tuple[Workload, Workload]:
+    """The workload, and the second sample the winner is re-checked on: the pattern with
+    the next seed, or the trace with every arrival jittered by up to 1 s."""
+    from burstguard.workload.synth import synthesize
+    from burstguard.workload.traces import load_workload
+
+    if trace is not None:
+        workload = load_workload(trace, fmt)
+        second = jittered(workload, seed=1)
+    else:
+        assert spec is not None
+        workload, second = synthesize(spec), synthesize(replace(spec, seed=spec.seed + 1))
+    if len(workload) == 0:
+        raise UserError("the workload has no requests")
+    return workload, second
+
+
+def robustness(winner: Trial, first: list[Trial], second: list[Trial]) -> dict[str, Any]:
+    """Whether the winner stays best on the second seed, with the message saying so."""
+    by_candidate = {t.candidate: t for t in second}
+    mine = by_candidate[winner.candidate]
+    top = best(second)
+    change = (mine.goodput_per_replica_s - winner.goodput_per_replica_s) / max(
+        winner.goodput_per_replica_s, 1e-12
+    )
+    ratio = top.goodput_per_replica_s / max(mine.goodput_per_replica_s, 1e-12)
+    robust = top.candidate == winner.candidate or ratio <= 1 + ROBUST_TOLERANCE
+    if robust:
+        message = (
+            f"second seed: robust (still within {ROBUST_TOLERANCE:.0%} of the best of the "
+            f"{len(first)} finalists; its goodput per replica-s {change:+.1%})"
+        )
+    else:
+        message = (
+            f"second seed: NOT robust — {describe(top.candidate)} beats it by {ratio - 1:.1%}; "
+            "try a longer trace or another seed"
+        )
+    return {"robust": robust, "message": message}
+
+
+def frontier_table(front: list[Trial], winner: Trial) -> str:
+    rows = [
+        "Pareto frontier (cost vs SLO attainment, whole workload):",
+        f"  {'replica-s':>10} {'SLO':>7} {'goodput/replica-s':>18}  config",
+    ]
+    for t in front:
+        mark = "  <- chosen" if t.candidate == winner.candidate else ""
+        rows.append(
+            f"  {t.replica_seconds:>10.1f} {t.attainment:>7.1%} "
+            f"{t.goodput_per_replica_s:>18.3f}  {describe(t.candidate)}{mark}"
+        )
+    return "\n".join(rows)
+
+
+def vllm_flags(candidate: Candidate) -> str:
+    parts = []
+    for k, v in candidate:
+        if isinstance(v, bool):
+            parts.append(f"--{'' if v else 'no-'}enable-{k}")
+        else:
+            parts.append(f"--{k} {v}")
+    return " ".join(parts)
+
+
+def trial_json(t: Trial) -> dict[str, Any]:
+    return {
+        "config": dict(t.candidate), "requests": t.requests, "met": t.met,
+        "replica_seconds": t.replica_seconds, "slo_attainment": t.attainment,
+        "goodput_per_replica_s": t.goodput_per_replica_s, **t.extra,
+    }  # fmt: skip
+
+
+class _ProgressBar:
+    """A rich progress bar on a terminal, nothing otherwise; yields `advance(n)`."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self._bar: Any = None
+
+    def __enter__(self) -> Any:
+        if not sys.stderr.isatty():
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        self._bar = Progress(
+            "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), transient=True,
+        )  # fmt: skip
+        self._bar.start()
+        task = self._bar.add_task("simulating", total=self.total)
+        return lambda n: self._bar.advance(task, n)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def register(app: typer.Typer) -> None:
+    """Adds tune."""
+    app.command()(tune)
