@@ -118,15 +118,6 @@ def sim(
     out: Annotated[
         Path | None, typer.Option("--out", help="--scenario: directory for both legs.")
     ] = None,
-    replicas: Annotated[
-        int,
-        typer.Option(
-            "--replicas",
-            min=1,
-            max=1024,
-            help="Engine replicas behind the gateway's router (needs --gateway).",
-        ),
-    ] = 1,
 ) -> None:
     """Simulate one engine (or, with --gateway or --autoscaler, replicas behind the
     gateway's router) on a workload; prints latency percentiles (engine time).
