@@ -77,6 +77,9 @@ def running(
         gw_port = free_port()
         cfg["listen"] = {"host": "127.0.0.1", "port": gw_port}
         cfg["backends"] = [{"url": engines[0]}]
+        # the live autoscaler core (as in the fleet-predictive overlay), so that the
+        # queries over its burstguard_desired_replicas are checked against real data too
+        cfg.setdefault("autoscaler", {"policy": "predictive"})
         cfg_path = workdir / "gateway.yaml"
         cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         gw_url = f"http://127.0.0.1:{gw_port}"

@@ -8,7 +8,7 @@ decisions live and in `burstguard sim --gateway`. Validation errors name the bad
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -195,8 +195,9 @@ class AutoscalerConfig(_Strict):
     """The scaling policy the gateway runs on its own signals (docs/autoscaling.md): it
     exports the decision as `burstguard_desired_replicas` for KEDA to act on."""
 
-    policy: str = Field(
-        min_length=1, description="a preset (keda-queue, keda-rate, kpa, predictive) or a file"
+    policy: str | dict[str, Any] = Field(
+        description="a preset (keda-queue, keda-rate, kpa, predictive), a policy file, or a "
+        "policy written inline (a policy file's fields: `burstguard scaling show NAME`)"
     )
     min_replicas: int | None = Field(None, ge=0)
     max_replicas: int | None = Field(None, ge=1)
@@ -211,10 +212,15 @@ class AutoscalerConfig(_Strict):
         return self
 
     def scaling_policy(self) -> ScalingPolicy:
-        from burstguard.autoscale import load_policy
+        from burstguard.autoscale import config as autoscale_config
 
         try:
-            return load_policy(self.policy).with_overrides(
+            policy = (
+                autoscale_config.ScalingPolicy.from_dict(self.policy, "inline policy")
+                if isinstance(self.policy, dict)
+                else autoscale_config.load_policy(self.policy)
+            )
+            return policy.with_overrides(
                 min_replicas=self.min_replicas,
                 max_replicas=self.max_replicas,
                 cold_start_s=self.cold_start_s,
