@@ -64,7 +64,7 @@ def main() -> None:
         time.sleep(0.1)
     gateway = ManagedProcess([*CLI, "gateway", "--config", str(config), "--port", str(gw_port)],
                              f"{gw_url}/health", log_path=work / "gateway.log")  # fmt: skip
-    with gateway.start():
+    with gateway:
         subprocess.run([*CLI, "bench", "--target", gw_url, "--workload", str(trace),
                         "--speedup", str(args.speedup), "--slo", "ttft=2,tpot=0.2",
                         "--out", str(work / "live"), "--quiet"],

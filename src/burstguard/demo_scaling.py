@@ -59,7 +59,7 @@ def run_leg(name: str, policy: str, runs: Path, reports: Path) -> dict[str, Any]
             f"{gw_url}/health", log_path=reports / f"demo-scaling-{tag}-gateway.log",
         )  # fmt: skip
         out = runs / tag
-        with gateway.start():
+        with gateway:
             subprocess.run(
                 [*CLI, "bench", "--target", gw_url, *LOAD, "--speedup", str(SPEEDUP),
                  "--out", str(out), "--force", "--quiet"],

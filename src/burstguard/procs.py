@@ -100,6 +100,10 @@ class ManagedProcess:
             pass
 
     def __enter__(self) -> ManagedProcess:
+        # `with proc.start():` must not start a second process (the first would leak: the
+        # second dies on the taken port after the first answered its health check)
+        if self.proc is not None and self.proc.poll() is None:
+            return self
         return self.start()
 
     def __exit__(

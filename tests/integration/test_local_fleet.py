@@ -71,7 +71,7 @@ def test_local_fleet_scales_real_emulators_behind_the_gateway(tmp_path: Path) ->
             "fleet": {"discovery": {"file": {"path": str(backends), "interval_s": 0.25}}},
             "autoscaler": {"policy": "predictive", "cold_start_s": COLD_START_S},
         }
-        with start_fleet_gateway(tmp_path, [], config, port=gw_port).start():
+        with start_fleet_gateway(tmp_path, [], config, port=gw_port):
             sizes: list[int] = []
 
             async def watched() -> list[int]:
