@@ -13,7 +13,7 @@ from burstguard.engine.config import EngineConfig
 from burstguard.engine.options import engine_options
 from burstguard.engine.profile import Profile
 from burstguard.errors import UserError
-from burstguard.workload.options import pattern_options
+from burstguard.workload.options import TraceFileOption, TraceFormatOption, pattern_options
 from burstguard.workload.synth import PatternSpec
 
 if TYPE_CHECKING:
@@ -28,12 +28,8 @@ def sim(
     engine_config: EngineConfig,
     pattern_spec: PatternSpec | None,
     shape_spec: PatternSpec,
-    trace: Annotated[
-        Path | None, typer.Option("--trace", help="Trace file (any analyze format).")
-    ] = None,
-    trace_format: Annotated[
-        str | None, typer.Option("--format", help="Trace format override.")
-    ] = None,
+    trace: TraceFileOption = None,
+    trace_format: TraceFormatOption = None,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write the summary JSON here.")
     ] = None,

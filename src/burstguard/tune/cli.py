@@ -40,7 +40,7 @@ from burstguard.tune.space import (
     parse_axes,
     scaling_knobs,
 )
-from burstguard.workload.options import pattern_options
+from burstguard.workload.options import TraceFileOption, TraceFormatOption, pattern_options
 from burstguard.workload.spec import Workload
 from burstguard.workload.synth import PatternSpec
 
@@ -55,12 +55,8 @@ def tune(
     profile: Profile,
     engine_config: EngineConfig,
     pattern_spec: PatternSpec | None,
-    trace: Annotated[
-        Path | None, typer.Option("--trace", help="Trace file (any analyze format).")
-    ] = None,
-    trace_format: Annotated[
-        str | None, typer.Option("--format", help="Trace format override.")
-    ] = None,
+    trace: TraceFileOption = None,
+    trace_format: TraceFormatOption = None,
     axis: Annotated[
         list[str] | None,
         typer.Option(

@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -161,3 +162,10 @@ def pattern_options(positional: bool = False) -> Callable[[F], F]:
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+# the trace options `sim` and `tune` share (a replayed workload file and its format)
+TraceFileOption = Annotated[
+    Path | None, typer.Option("--trace", help="Trace file (any analyze format).")
+]
+TraceFormatOption = Annotated[str | None, typer.Option("--format", help="Trace format override.")]
