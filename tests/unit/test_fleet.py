@@ -138,3 +138,26 @@ def test_has_room_and_unroute_give_the_slot_back() -> None:
     assert fleet.has_room(0.0) and fleet.backend_of("r1") is None
     assert fleet.stats(0.0)[0].routed == 0
     assert fleet.route("r1", REQ, 0.1) == A
+
+
+def test_score_learns_each_backends_pace_and_sends_the_faster_more() -> None:
+    """Two idle backends, A's streams twice as slow per token as B's: once both are
+    learned, B takes the requests while its work ahead, timed at its pace, is below A's
+    (about two requests to A's one). Without learning (speed_weight 0) they alternate."""
+
+    def learned(weight: float) -> tuple[list[str], dict[str, float | None]]:
+        cfg = FleetConfig.model_validate({"router": {"speed_weight": weight}})
+        fleet = Fleet(cfg, [A, B])
+        assert [fleet.route(w, RouteRequest(100), 0.0) for w in ("wa", "wb")] == [A, B]
+        for rid, tpot in (("wa", 0.02), ("wb", 0.01)):
+            fleet.on_first_token(rid, 1.0)
+            fleet.on_finish(rid, 1.0 + 100 * tpot, 101)
+            fleet.on_done(rid, 3.0)
+        picks = [fleet.route(f"r{i}", RouteRequest(100), 4.0) or "" for i in range(9)]
+        return picks, {s.url: s.seconds_per_token for s in fleet.stats(4.0)}
+
+    picks, pace = learned(0.1)
+    assert pace == pytest.approx({A: 0.02, B: 0.01})  # exported per backend
+    assert picks.count(B) == 6 and picks.count(A) == 3, picks
+    picks, pace = learned(0.0)
+    assert pace == {A: None, B: None} and picks.count(B) in (4, 5)  # turns, by tokens

@@ -586,7 +586,7 @@ class GatewayCore:
             return True  # a resumed request: its client saw its first token long ago
         e.first_token_at = now
         if self.fleet is not None:
-            self.fleet.on_success(request_id, self._fnow(now))
+            self.fleet.on_first_token(request_id, self._fnow(now))
         slo = self._ttft[e.cls.name]
         slo[1] += 1
         target = e.cls.ttft_target_s
@@ -606,7 +606,7 @@ class GatewayCore:
             self._queue.remove(e)
         else:
             if self.fleet is not None:
-                self.fleet.on_success(request_id, self._fnow(now))
+                self.fleet.on_finish(request_id, self._fnow(now), output_tokens)
             self._unrelease(e)
         self._rate.observe(now, self._saturated())
         r = e.req

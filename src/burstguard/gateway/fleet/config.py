@@ -65,6 +65,11 @@ class RouterConfig(_Strict):
     saturated_waiting: int = Field(5, ge=1, description="engine waiting count that saturates")
     saturated_kv: float = Field(0.8, gt=0, le=1, description="engine KV usage that saturates")
     kv_floor: float = Field(0.05, gt=0, le=1, description="smallest free-KV share divided by")
+    speed_weight: float = Field(
+        0.1, ge=0, le=1, description="score: weight of each completed stream's time per "
+        "output token in its backend's learned pace (exponential average; 0: never learn, "
+        "all alike)",
+    )  # fmt: skip
     affinity: bool = Field(False, description="prefix affinity by bounded-load hashing")
     affinity_blocks: int = Field(4, ge=1, description="leading prompt blocks forming the key")
     block_tokens: int = Field(16, ge=1, description="tokens per prefix block")

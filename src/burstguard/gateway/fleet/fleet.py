@@ -68,6 +68,7 @@ class BackendStats:
     failovers: int  # requests that failed on it and were sent elsewhere
     failures: dict[str, int]  # passive failures by reason
     metrics_age_s: float | None  # None: never scraped successfully
+    seconds_per_token: float | None  # its streams' recent time per output token; None: none yet
 
 
 @dataclass(slots=True)
@@ -82,6 +83,11 @@ class _Backend:
     routed: int = 0
     failovers: int = 0
     failures: Counter[str] = field(default_factory=Counter)
+    seconds_per_token: float | None = None  # its streams' time per output token (EWMA)
+
+    def learn_pace(self, tpot_s: float, weight: float) -> None:
+        old = self.seconds_per_token
+        self.seconds_per_token = tpot_s if old is None else old + weight * (tpot_s - old)
 
 
 @dataclass(slots=True)
@@ -90,6 +96,7 @@ class _Attempt:
     backend: str
     tried: list[str]
     retry: bool = False  # this attempt spends the retry budget
+    first_token_at: float | None = None  # this backend sent the request's first token
 
 
 class Fleet:
@@ -176,6 +183,7 @@ class Fleet:
                     waiting=None if m is None else m.waiting,
                     kv_usage=None if m is None else m.kv_usage,
                     stale=b.metrics_at is not None and now - b.metrics_at > stale_s,
+                    seconds_per_token=b.seconds_per_token,
                 )
             )
         return out
@@ -185,7 +193,8 @@ class Fleet:
         (the core keeps it queued). Counts it in that backend's in flight."""
         if request_id in self._attempts:
             raise ValueError(f"request {request_id!r} is already routed")
-        url = self.router.pick(req, self.views(now))
+        views = self.views(now)
+        url = self.router.pick(req, views)
         if url is not None:
             self.budget.on_request(now)
             self._send(request_id, _Attempt(req, url, [url]), now)
@@ -229,6 +238,27 @@ class Fleet:
         a = self._attempts.get(request_id)
         if a is not None and a.backend in self._backends:
             self._backends[a.backend].health.breaker.on_success(now)
+
+    def on_first_token(self, request_id: str, now: float) -> None:
+        """Its backend sent the request's first token: a success, and the start of the
+        stream whose pace `on_finish` learns."""
+        self.on_success(request_id, now)
+        a = self._attempts.get(request_id)
+        if a is not None and a.first_token_at is None:
+            a.first_token_at = now
+
+    def on_finish(self, request_id: str, now: float, output_tokens: int) -> None:
+        """The request completed with `output_tokens`: a success, and, when the whole
+        stream came from this backend, a sample of its pace (time per output token after
+        the first), which the score router weighs the work ahead by. Call before
+        `on_done`."""
+        self.on_success(request_id, now)
+        a = self._attempts.get(request_id)
+        weight = self.cfg.router.speed_weight
+        if a is None or a.first_token_at is None or output_tokens < 2 or weight == 0:
+            return
+        tpot = (now - a.first_token_at) / (output_tokens - 1)
+        self._backends[a.backend].learn_pace(tpot, weight)
 
     def on_failure(
         self, request_id: str, reason: str, now: float, retryable: bool = True
@@ -312,6 +342,7 @@ class Fleet:
                     failovers=b.failovers,
                     failures=dict(b.failures),
                     metrics_age_s=None if b.metrics_at is None else now - b.metrics_at,
+                    seconds_per_token=b.seconds_per_token,
                 )
             )
         return out

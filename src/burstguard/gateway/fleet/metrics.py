@@ -40,6 +40,7 @@ class FleetCollector(Collector):
         in_flight = gauge("in_flight", "This gateway's requests on it")
         tokens = gauge("in_flight_tokens", "Their prompt + predicted output tokens")
         age = gauge("metrics_age_seconds", "Age of its last good /metrics scrape")
+        speed = gauge("seconds_per_token", "Its streams' recent time per output token (score)")
         routed = CounterMetricFamily(
             "burstguard_backend_routed", "Requests sent to it, failovers included", labels=lb
         )
@@ -63,11 +64,13 @@ class FleetCollector(Collector):
             tokens.add_metric(b, s.in_flight_tokens)
             if s.metrics_age_s is not None:
                 age.add_metric(b, s.metrics_age_s)
+            if s.seconds_per_token is not None:
+                speed.add_metric(b, s.seconds_per_token)
             routed.add_metric(b, s.routed)
             failovers.add_metric(b, s.failovers)
             for reason, n in s.failures.items():
                 failures.add_metric([s.url, reason], n)
-        yield from (up, healthy, circuit, active, in_flight, tokens, age, routed, failovers)
+        yield from (up, healthy, circuit, active, in_flight, tokens, age, speed, routed, failovers)
         yield failures
         outcomes = CounterMetricFamily(
             "burstguard_failover_outcomes",

@@ -9,17 +9,21 @@ room under their in-flight cap. Policies:
   `saturated_kv` (llm-d's saturation thresholds) — unless that drops them all (fail open).
   Then pick the lowest
 
-      score = (own in-flight tokens + waiting x request tokens + request tokens)
-              / max(1 - KV usage, kv_floor)
+      score = work ahead x pace / max(1 - KV usage, kv_floor)
+      work ahead = own in-flight tokens + waiting x request tokens + request tokens
 
-  The numerator is the work ahead of the request on that replica, in tokens: the
-  gateway's own in-flight tokens (prompt + predicted output, exact and current, unlike a
-  scrape that lags by up to its interval, so a burst does not herd onto the replica that
-  looked idle at the last scrape), plus the engine's waiting requests (others' traffic;
-  each costed like this request, the only size known), plus the request itself. Dividing
-  by the free KV share makes a replica close to preemption look proportionally busier. A
-  backend without metrics counts as waiting 0, KV 0. A faster replica finishes its tokens
-  sooner, so it holds fewer in flight and gets a larger share.
+  The work ahead of the request on that replica is counted in tokens: the gateway's own
+  in-flight tokens (prompt + predicted output, exact and current, unlike a scrape that
+  lags by up to its interval, so a burst does not herd onto the replica that looked idle
+  at the last scrape), plus the engine's waiting requests (others' traffic; each costed
+  like this request, the only size known), plus the request itself. The pace is the
+  backend's recent time per output token, learned from its own streams (`Fleet`: each
+  completed stream's TPOT, exponentially weighted by `speed_weight`), so the work ahead
+  becomes time: a replica on a faster GPU, or a less loaded host, gets proportionally
+  more. A backend with no sample yet is assumed at the median pace of the others (1 when
+  none has one: plain tokens). Dividing by the free KV share makes a replica close to
+  preemption look proportionally busier. A backend without metrics counts as waiting 0,
+  KV 0.
 - `round_robin`, `least_request` (fewest own in-flight requests): the baselines.
 
 Ties go to the backend with fewer own in-flight requests, then rotate (equal backends
@@ -60,6 +64,7 @@ class BackendView:
     waiting: int | None = None  # the engine's waiting requests (None: no metrics)
     kv_usage: float | None = None  # 0..1
     stale: bool = False  # it had metrics, and the last is older than `metrics_stale_s`
+    seconds_per_token: float | None = None  # its streams' recent time per output token
 
     @property
     def has_room(self) -> bool:
@@ -75,10 +80,22 @@ def is_saturated(b: BackendView, cfg: RouterConfig) -> bool:
     )
 
 
-def score(b: BackendView, req: RouteRequest, cfg: RouterConfig) -> float:
-    """Tokens of work ahead of `req` on `b` per free KV share; lower is better."""
-    work = b.in_flight_tokens + (b.waiting or 0) * req.tokens + req.tokens
-    return work / max(1.0 - (b.kv_usage or 0.0), cfg.kv_floor)
+def work_ahead(b: BackendView, req: RouteRequest) -> int:
+    """Tokens `req` waits behind on `b`, itself included."""
+    return b.in_flight_tokens + (b.waiting or 0) * req.tokens + req.tokens
+
+
+def score(b: BackendView, req: RouteRequest, cfg: RouterConfig, seconds_per_token: float) -> float:
+    """The work ahead of `req` on `b`, timed at `b`'s pace, per free KV share; lower is
+    better. `seconds_per_token`: the pace to assume when `b` has none learned yet."""
+    per_token = b.seconds_per_token if b.seconds_per_token is not None else seconds_per_token
+    return work_ahead(b, req) * per_token / max(1.0 - (b.kv_usage or 0.0), cfg.kv_floor)
+
+
+def _median_speed(backends: Sequence[BackendView]) -> float:
+    """The pace assumed for a backend with none learned: the others' median, else 1."""
+    known = sorted(b.seconds_per_token for b in backends if b.seconds_per_token is not None)
+    return known[len(known) // 2] if known else 1.0
 
 
 def _least(
@@ -118,7 +135,8 @@ class Router:
             placed = self._by_affinity(req, pool, [b.url for b in backends])
             if placed is not None:
                 return placed
-        return _least(pool, lambda b: (score(b, req, self.cfg), b.in_flight), turn)
+        unknown = _median_speed(pool)
+        return _least(pool, lambda b: (score(b, req, self.cfg, unknown), b.in_flight), turn)
 
     def _by_affinity(
         self, req: RouteRequest, pool: list[BackendView], members: list[str]
