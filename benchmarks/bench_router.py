@@ -1,20 +1,22 @@
 """Live routing comparison: four emulators of two speeds (2 x llama3-8b-h100,
 2 x llama3-8b-a100, the same --max-num-seqs) behind one router, a bursty open loop at 75 %
-of their summed capacity, streamed; each router on the same workload, one after another.
+of their summed capacity, streamed; each router on the same workload, one after another,
+in --repeats interleaved rounds (the host's noise is larger than the policies' differences).
 
 Routers: `burstguard gateway` with its score router, round robin and least request (one
-queue in the gateway, per-backend caps = --max-num-seqs), and `vllm-router` (the Rust
-router on PyPI, installed in its own venv: `python -m venv /tmp/vr-venv &&
+queue in the gateway, per-backend caps = --max-num-seqs + --cap-extra), and `vllm-router`
+(the Rust router on PyPI, installed in its own venv: `python -m venv /tmp/vr-venv &&
 /tmp/vr-venv/bin/pip install vllm-router`; never a burstguard dependency) in its default
-policy (cache_aware) and power_of_two (its load-aware policy for a mixed fleet).
+policy (cache_aware), power_of_two (its load-aware policy) and round_robin.
 
 First each emulator's capacity alone (a closed loop of 2 x --max-num-seqs users); then a
-saturation leg through the gateway (the same closed loop over all four: total output
-tok/s vs the sum of the four alone); then the open-loop legs. Times are engine seconds
-(wall x --speedup). Prints a Markdown table.
+saturation leg through the gateway (the same closed loop over all four); both count the
+tokens streamed in the loop's steady window (its last three quarters: no ramp, no drain):
+total output tok/s through the gateway vs the sum of the four alone. Then the open-loop
+legs. Times are engine seconds (wall x --speedup). Prints a Markdown table of medians.
 
-Run: .venv/bin/python benchmarks/bench_router.py [--speedup 1] [--duration-s 20]
-       [--max-num-seqs 8] [--vllm-router /tmp/vr-venv/bin/vllm-router]
+Run: .venv/bin/python benchmarks/bench_router.py [--duration-s 30] [--repeats 3]
+       [--max-num-seqs 8] [--cap-extra 0] [--vllm-router /tmp/vr-venv/bin/vllm-router]
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ import json
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from burstguard.bench.runner import BenchConfig, run_bench
@@ -139,8 +142,9 @@ def main() -> None:
         help="burstguard router policies to run (comma-separated)",
     )
     ap.add_argument("--vllm-router", default="/tmp/vr-venv/bin/vllm-router")
-    ap.add_argument("--vllm-router-policies", default="cache_aware,power_of_two")
+    ap.add_argument("--vllm-router-policies", default="cache_aware,power_of_two,round_robin")
     ap.add_argument("--no-saturation", action="store_true", help="skip the saturated leg")
+    ap.add_argument("--repeats", type=int, default=1, help="rounds over all routers")
     args = ap.parse_args()  # fmt: skip
     s, seqs = args.speedup, args.max_num_seqs
     cap = seqs + args.cap_extra
@@ -149,7 +153,7 @@ def main() -> None:
                                     prompt_tokens=PROMPT, output_tokens=OUTPUT))  # fmt: skip
     work = Path(tempfile.mkdtemp(prefix="bench-router-"))
     procs = [emulator(work, p, seqs, s) for p in PROFILES]
-    rows: list[tuple[str, dict[str, Any]]] = []
+    rows: dict[str, list[dict[str, Any]]] = {}
     with contextlib.ExitStack() as stack:
         urls = [stack.enter_context(running(p)) for p in procs]
         alone = []
@@ -172,26 +176,36 @@ def main() -> None:
                 sat = capacity(work, "saturated-score", gw, sample, s, users, 0.4 * engine_s)
             print(f"saturated through the gateway (score, {users} users): {sat:.0f} tok/s = "
                   f"{sat / total:.1%} of the sum alone", flush=True)  # fmt: skip
-        for policy in args.policies.split(","):
-            with running(gateway(work, urls, policy, cap, s)) as gw:
-                rows.append((f"burstguard {policy}", leg(work, f"gw-{policy}", gw, wl, s)))
-            print(f"done: burstguard {policy}", flush=True)
         exe = shutil.which(args.vllm_router) or args.vllm_router
+        routers = [("burstguard", p) for p in args.policies.split(",")]
         if Path(exe).exists():
-            for policy in filter(None, args.vllm_router_policies.split(",")):
-                with running(vllm_router(work, exe, urls, policy)) as vr:
-                    rows.append((f"vllm-router {policy}", leg(work, f"vr-{policy}", vr, wl, s)))
-                print(f"done: vllm-router {policy}", flush=True)
+            routers += [("vllm-router", p) for p in args.vllm_router_policies.split(",") if p]
         else:
             print(f"vllm-router not found at {exe}: skipped", flush=True)
-    print("\n| router | completed | TTFT p50 | TTFT p95 | TTFT p99 | output tok/s "
-          "| vs offered |")  # fmt: skip
+        for rep in range(args.repeats):  # interleaved, so a slow spell of the host hits all
+            for kind, policy in routers:
+                proc = (gateway(work, urls, policy, cap, s) if kind == "burstguard"
+                        else vllm_router(work, exe, urls, policy))  # fmt: skip
+                with running(proc) as target:
+                    r = leg(work, f"{kind}-{policy}-{rep}", target, wl, s)
+                rows.setdefault(f"{kind} {policy}", []).append(r)
+                print(f"round {rep + 1}/{args.repeats} done: {kind} {policy}: TTFT p95 "
+                      f"{r['ttft_s']['p95'] * 1e3:.0f} ms", flush=True)  # fmt: skip
+    print(f"\nMedians over {args.repeats} round(s); p95 of each round in brackets.\n")
+    print("| router | completed | TTFT p50 | TTFT p95 | TTFT p99 | output tok/s | vs offered |")
     print("|---|---|---|---|---|---|---|")
     offered = rate * mean_out
-    for name, r in rows:
-        t, tps = r["ttft_s"], r["output_tokens_per_s"]
-        print(f"| {name} | {r['completed']}/{r['requests']} | {t['p50'] * 1e3:.0f} ms "
-              f"| {t['p95'] * 1e3:.0f} ms | {t['p99'] * 1e3:.0f} ms | {tps:.0f} "
+    for name, rs in rows.items():
+
+        def med(f: Callable[[dict[str, Any]], float], rs: list[dict[str, Any]] = rs) -> float:
+            return float(np.median([f(r) for r in rs]))
+
+        p95s = ", ".join(f"{r['ttft_s']['p95'] * 1e3:.0f}" for r in rs)
+        done = sum(r["completed"] for r in rs), sum(r["requests"] for r in rs)
+        tps = med(lambda r: r["output_tokens_per_s"])
+        print(f"| {name} | {done[0]}/{done[1]} | {med(lambda r: r['ttft_s']['p50']) * 1e3:.0f} ms "
+              f"| {med(lambda r: r['ttft_s']['p95']) * 1e3:.0f} ms ({p95s}) "
+              f"| {med(lambda r: r['ttft_s']['p99']) * 1e3:.0f} ms | {tps:.0f} "
               f"| {tps / offered:.1%} |")  # fmt: skip
     print(f"\nlogs and records: {work}")
 
