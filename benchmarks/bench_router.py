@@ -132,9 +132,9 @@ def main() -> None:
     ap.add_argument(
         "--cap-extra",
         type=int,
-        default=1,
-        help="gateway cap per backend = --max-num-seqs + this (a ready request "
-        "in each engine's queue, so no slot idles while the next one travels)",
+        default=0,
+        help="gateway cap per backend = --max-num-seqs + this (> 0: ready requests wait "
+        "in each engine's queue instead of the gateway's)",
     )
     ap.add_argument(
         "--policies",
