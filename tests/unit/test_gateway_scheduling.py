@@ -240,6 +240,9 @@ def test_retry_after_is_per_class_and_honest_in_a_sustained_overload() -> None:
             back_ok.append(at_back[0] - back <= 1.0)  # its class admits within 1 s of it
             ratios.append(r.retry_after_s / max(later[0] - r.scheduled_s, 0.5))
             told_s.append(r.retry_after_s)
+        print(f"{cls}: admitted {len(admitted)} of {len(mine)}, told median "
+              f"{np.median(told_s):.2f} s, told / next admission median {np.median(ratios):.2f}, "
+              f"back at Retry-After admitted within 1 s {np.mean(back_ok):.0%}")  # fmt: skip
         assert len(ratios) > 10, cls
         assert float(np.median(ratios)) <= 2.0, (cls, float(np.median(ratios)))
         assert np.mean(back_ok) >= 0.5, (cls, float(np.mean(back_ok)))
