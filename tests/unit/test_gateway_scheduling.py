@@ -205,7 +205,7 @@ def test_retry_after_is_per_class_and_honest_in_a_sustained_overload() -> None:
     and the median client that comes back at its Retry-After finds its class admitting.
     Batch is guaranteed a quarter of the slots: without it, interactive's inflow (about
     the capacity) starved batch, which admitted in rare windows (a returning batch client
-    was admitted in ~10-17%). With it, but with the return schedule spread over a whole
+    was admitted in ~10-23%). With it, but with the return schedule spread over a whole
     queue deadline, batch was told ~10 s when its class admitted again within ~0.7 s."""
     cfg = GatewayConfig.from_dict({
         "default_class": "interactive",
@@ -240,9 +240,11 @@ def test_retry_after_is_per_class_and_honest_in_a_sustained_overload() -> None:
             back_ok.append(at_back[0] - back <= 1.0)  # its class admits within 1 s of it
             ratios.append(r.retry_after_s / max(later[0] - r.scheduled_s, 0.5))
             told_s.append(r.retry_after_s)
-        print(f"{cls}: admitted {len(admitted)} of {len(mine)}, told median "
-              f"{np.median(told_s):.2f} s, told / next admission median {np.median(ratios):.2f}, "
-              f"back at Retry-After admitted within 1 s {np.mean(back_ok):.0%}")  # fmt: skip
+        ttft = np.median([r.ttft_s for r in mine if r.status == 200 and r.ttft_s is not None])
+        print(f"{cls}: admitted {len(admitted)} of {len(mine)} (TTFT p50 {ttft:.2f} s), "
+              f"told median {np.median(told_s):.2f} s, told / next admission median "
+              f"{np.median(ratios):.2f}, back at Retry-After admitted within 1 s "
+              f"{np.mean(back_ok):.0%}")  # fmt: skip
         assert len(ratios) > 10, cls
         assert float(np.median(ratios)) <= 2.0, (cls, float(np.median(ratios)))
         assert np.mean(back_ok) >= 0.5, (cls, float(np.mean(back_ok)))

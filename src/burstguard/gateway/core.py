@@ -10,7 +10,10 @@ completed, rejected (at once, evicted or past its deadline), cancelled, or faile
 Release is work-conserving: a class may fill every free slot while no better class
 waits; its `max_in_flight_fraction` counts only its own requests in flight, and a
 request past its class's aging bound (`max_wait_s`) is released even when that cap would
-refuse it. Filling free slots with long batch jobs would leave a burst after an idle gap
+refuse it. A class with a guaranteed share (`min_in_flight_fraction`) goes ahead of
+better classes while its own requests in flight are below that share of the request cap,
+and is not preempted below it: a sustained overload of a better class cannot starve it.
+Filling free slots with long batch jobs would leave a burst after an idle gap
 no slot (vLLM frees a slot only when a request ends: it preempts for KV blocks, never for
 a slot), so the gateway preempts itself: when a request of a better class waits and no
 slot is free, the in-flight request of a `preemptible` class that has produced the
@@ -460,14 +463,16 @@ class GatewayCore:
         Per class: interactive clients are not told to wait behind a batch backlog they
         will pass. `_return_at[cls]` is when the last client of the class told to retry is
         expected back plus its own service time at the rate left to its class. The spread
-        covers one queue deadline of the class past its drain at most: in a sustained
-        overload new arrivals take the class's rate too, and a promise further out than
-        the queue can hold would only grow without bound (it is no longer a drain time).
-        Without a measured rate (and no `initial_service_rate`) this is the minimum.
+        covers one more drain (or one service time) past the drain at most, and never more
+        than the class's queue deadline: the schedule assumes the clients told to return
+        are the only ones competing, but in a sustained overload new arrivals take every
+        opening too, and a schedule over a whole deadline told batch ~10 s when its class
+        admitted again within 0.7 s. Without a measured rate (and no
+        `initial_service_rate`) this is the minimum.
         """
         rate = self._class_rate(cls, now)
         own = self._work(cost) / rate if rate else 0.0
-        horizon = max(drain_s, own)
+        horizon = max(drain_s, own) + own
         if cls.queue_deadline_s is not None:
             horizon = min(horizon, cls.queue_deadline_s)
         at = min(max(now + drain_s, self._return_at[cls.name]) + own, now + drain_s + horizon)
