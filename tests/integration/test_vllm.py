@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import subprocess
+import time
 import urllib.request
 from pathlib import Path
 
@@ -230,7 +231,14 @@ def test_gateway_preempts_and_resumes_a_stream_on_real_vllm(
     gateway closes the batch request's upstream (vLLM aborts it and frees its KV) and later
     resumes it with the text so far (completions: prompt + text; chat: a final assistant
     message with continue_final_message). With greedy decoding the client's text equals
-    the same request served alone: nothing duplicated, nothing missing."""
+    the same request served alone: nothing duplicated, nothing missing.
+
+    vLLM's own running count, polled every 50 ms, shows the abort: the engine has room for
+    32 sequences, so had the batch request not been aborted it would have decoded beside
+    the interactive one (36 tokens left against the interactive one's 24) and vLLM would
+    have counted 2 for the interactive one's whole run (measured with the gateway leaving
+    the upstream open: 23 of 25 samples at 2); it counts 1 (measured: the count dropped to
+    0 at the preemption, then 1 for the interactive request)."""
     from tests.integration.test_gateway_preemption import read_stream
 
     config = {
@@ -249,23 +257,37 @@ def test_gateway_preempts_and_resumes_a_stream_on_real_vllm(
         batch["messages"] = [{"role": "user", "content": "Tell me a short story about a cat."}]
     else:
         batch["prompt"] = "Once upon a time, in a small village by the sea,"
-    inter = {**batch, "max_tokens": 4, "stream": False}
+    inter = {**batch, "max_tokens": 24, "stream": False}
     inter.pop("stream_options")
 
     def prompt_tokens() -> float:
         return metric_sum(scrape(vllm_server), "vllm:prompt_tokens_total") or 0.0
+
+    running: list[tuple[float, float]] = []  # (time, vLLM's num_requests_running)
+    window: list[float] = []  # the interactive request: sent, answered
+
+    async def watch(s: aiohttp.ClientSession, done: asyncio.Event) -> None:
+        while not done.is_set():
+            async with s.get(vllm_server + "/metrics") as r:
+                n = metric_sum(parse_metrics(await r.text()), "vllm:num_requests_running")
+            running.append((time.monotonic(), n or 0.0))
+            await asyncio.sleep(0.05)
 
     async def run(base: str) -> tuple[dict, dict]:
         async with aiohttp.ClientSession() as s:
             async with s.post(vllm_server + route, json=batch) as resp:
                 alone = await read_stream(resp, chat)
             fired = asyncio.get_running_loop().create_future()
+            done = asyncio.Event()
+            watcher = asyncio.create_task(watch(s, done))
 
             async def interactive() -> None:
                 await fired
                 headers = {"x-burstguard-class": "interactive"}
+                window.append(time.monotonic())
                 async with s.post(base + route, json=inter, headers=headers) as r:
                     assert r.status == 200, await r.text()
+                window.append(time.monotonic())
 
             def on_piece(n: int) -> None:
                 if n == 12 and not fired.done():
@@ -276,6 +298,8 @@ def test_gateway_preempts_and_resumes_a_stream_on_real_vllm(
                 assert resp.status == 200
                 through = await read_stream(resp, chat, on_piece)
             await asyncio.wait_for(task, 120)
+            done.set()
+            await watcher
         return through, alone
 
     with start_gateway(tmp_path, vllm_server, config, resume=True) as gw:
@@ -287,6 +311,14 @@ def test_gateway_preempts_and_resumes_a_stream_on_real_vllm(
     print(f"{api}: alone {alone['text']!r}\n  through {through['text']!r}\n"
           f"  vLLM prefilled {prefilled:.0f} tokens through the gateway "
           f"(prompt {alone['usage']['prompt_tokens']})")  # fmt: skip
+    sent, answered = window
+    during = [n for t, n in running if sent <= t <= answered]
+    print(f"  vLLM running: before {[n for t, n in running if t < sent]}, while the "
+          f"interactive request ran ({answered - sent:.2f} s) {during}")  # fmt: skip
+    assert max(n for t, n in running if t < sent) == 1  # the batch request runs
+    # the abort frees the batch request's sequence: vLLM counts the interactive one alone
+    # (one sample may catch the step between the interactive one's arrival and the abort)
+    assert len(during) >= 5 and sum(n >= 2 for n in during) <= 1, during
     assert metric_sum(m, "burstguard_preemptions_total") == 1
     # the batch prompt, the interactive one, and the batch again with its text so far
     assert prefilled >= 3 * alone["usage"]["prompt_tokens"] + 10

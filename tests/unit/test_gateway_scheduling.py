@@ -12,6 +12,7 @@ from tests.conftest import REPO_ROOT
 
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.profile import Profile
+from burstguard.errors import UserError
 from burstguard.gateway.config import GatewayConfig
 from burstguard.gateway.core import TICK_S, GatewayCore
 from burstguard.gateway.events import Arrive, Finish, FirstToken, Preempt, Release, Tick
@@ -78,6 +79,32 @@ def test_batch_fills_every_free_slot_while_no_better_class_waits() -> None:
     for i in range(6):
         out += gw.handle(Arrive(req(f"b{i}", "batch", 0.0)), 0.0)
     assert [k for k in kinds(out) if k[0] == "Release"] == [("Release", f"b{i}") for i in range(4)]
+
+
+def test_a_class_below_its_guaranteed_share_goes_first_and_keeps_it() -> None:
+    """Batch guaranteed a quarter of 4 slots: with interactive waiting, a free slot goes to
+    batch while batch holds none, and interactive preempts batch only above that share."""
+    cfg = config(classes=[
+        {"name": "interactive", "rank": 0},
+        {"name": "batch", "rank": 1, "preemptible": True, "min_in_flight_fraction": 0.25},
+    ])  # fmt: skip
+    gw = GatewayCore(cfg)
+    for i in range(4):
+        gw.handle(Arrive(req(f"i{i}", "interactive", 0.0)), 0.0)
+    for i in range(2):
+        gw.handle(Arrive(req(f"b{i}", "batch", 0.1)), 0.1)
+    gw.handle(Arrive(req("i4", "interactive", 0.2)), 0.2)
+    out = gw.handle(Finish("i0", 10), 1.0)  # interactive waits, batch holds no slot
+    assert kinds(out) == [("Release", "b0")]
+    out = gw.handle(Finish("i1", 10), 1.5)  # batch has its share: priority again
+    assert kinds(out) == [("Release", "i4")]
+    out = gw.handle(Arrive(req("i5", "interactive", 2.0)), 2.0)
+    assert kinds(out) == []  # b0 is batch's guaranteed slot: not preempted
+    with pytest.raises(UserError, match="min_in_flight_fraction sums to 1"):
+        config(classes=[
+            {"name": "interactive", "rank": 0, "min_in_flight_fraction": 0.5},
+            {"name": "batch", "rank": 1, "min_in_flight_fraction": 0.5},
+        ])  # fmt: skip
 
 
 # -- preemption --------------------------------------------------------------------------
@@ -173,17 +200,18 @@ def test_aging_bounds_batch_wait_under_sustained_interactive_load() -> None:
 
 
 def test_retry_after_is_per_class_and_honest_in_a_sustained_overload() -> None:
-    """2x capacity for 60 s, half interactive, half batch, both shed. Per class, a client
-    is told no more than 2x the time until its class next admits a request (median), and
-    the median interactive client that comes back at its Retry-After finds its class
-    admitting. Interactive is told far less than batch: one shared return schedule told
-    interactive ~100 s when its class drained in 0.4 s. (Batch, starved by interactive's
-    inflow, admits in rare windows: a returning batch client is admitted in only ~10%.)"""
+    """2x capacity for 60 s, half interactive, half batch, both shed. Per class, the
+    median client is told no more than 2x the time until its class next admits a request,
+    and the median client that comes back at its Retry-After finds its class admitting.
+    Batch is guaranteed a quarter of the slots: without it, interactive's inflow (about
+    the capacity) starved batch, which admitted in rare windows (a returning batch client
+    was admitted in ~10-23%). With it, but with the return schedule spread over a whole
+    queue deadline, batch was told ~10 s when its class admitted again within ~0.7 s."""
     cfg = GatewayConfig.from_dict({
         "default_class": "interactive",
         "classes": [
             {"name": "interactive", "rank": 0, "queue_deadline_s": 2.0},
-            {"name": "batch", "rank": 1, "queue_deadline_s": 10.0},
+            {"name": "batch", "rank": 1, "queue_deadline_s": 10.0, "min_in_flight_fraction": 0.25},
         ],
         "admission": {"max_in_flight": 16, "min_in_flight": 1, "adapt": False,
                       "min_retry_after_s": 0.0},
@@ -212,12 +240,16 @@ def test_retry_after_is_per_class_and_honest_in_a_sustained_overload() -> None:
             back_ok.append(at_back[0] - back <= 1.0)  # its class admits within 1 s of it
             ratios.append(r.retry_after_s / max(later[0] - r.scheduled_s, 0.5))
             told_s.append(r.retry_after_s)
+        ttft = np.median([r.ttft_s for r in mine if r.status == 200 and r.ttft_s is not None])
+        print(f"{cls}: admitted {len(admitted)} of {len(mine)} (TTFT p50 {ttft:.2f} s), "
+              f"told median {np.median(told_s):.2f} s, told / next admission median "
+              f"{np.median(ratios):.2f}, back at Retry-After admitted within 1 s "
+              f"{np.mean(back_ok):.0%}")  # fmt: skip
         assert len(ratios) > 10, cls
         assert float(np.median(ratios)) <= 2.0, (cls, float(np.median(ratios)))
-        if cls == "interactive":
-            assert np.mean(back_ok) >= 0.5
+        assert np.mean(back_ok) >= 0.5, (cls, float(np.mean(back_ok)))
         told[cls] = float(np.median(told_s))
-    assert told["interactive"] < 0.2 * told["batch"], told
+    assert told["interactive"] < 0.5 * told["batch"], told
 
 
 # -- the must-show table, smaller ---------------------------------------------------------

@@ -9,6 +9,8 @@ be in flight.
   strict priority, work of higher classes admitted while it waits passes it, so it drains
   at the service rate minus their inflow (`ClassInflow`; an M/G/1 priority queue's
   residual capacity) — when they take it all, it would wait until aging lets it through.
+  A class with a guaranteed share of the slots (`min_in_flight_fraction`) keeps at least
+  that share of the rate, and the classes above it lose what it takes of its share.
   The core rejects a request whose estimate exceeds its class's queue deadline at once,
   with a Retry-After from the time the excess takes to drain, instead of queueing it to
   be shed at its deadline.
@@ -24,6 +26,7 @@ be in flight.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from burstguard.gateway.config import AdmissionConfig
 from burstguard.gateway.request import BackendState
@@ -107,12 +110,19 @@ class ClassInflow:
 
     def above(self, now: float, rank: int) -> float:
         """Inflow of the classes served before `rank` (lower ranks)."""
+        return self._sum(now, lambda r: r < rank)
+
+    def of(self, now: float, rank: int) -> float:
+        """Inflow of the class `rank` itself."""
+        return self._sum(now, lambda r: r == rank)
+
+    def _sum(self, now: float, which: Callable[[int], bool]) -> float:
         if self._start is None:
             return 0.0
         self._decay(now)
         elapsed = max(now - self._start, _WINDOW_S)
         warm = 1.0 - math.pow(0.5, elapsed / self._half_life)
-        return sum(v for r, v in self._value.items() if r < rank) / warm
+        return sum(v for r, v in self._value.items() if which(r)) / warm
 
 
 def estimate_wait(work_ahead: float, rate: float | None, inflow_above: float = 0.0) -> float:

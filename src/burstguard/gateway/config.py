@@ -76,6 +76,14 @@ class ClassConfig(_Strict):
         le=1,
         description="share of the in-flight caps this class's own requests may fill",
     )
+    min_in_flight_fraction: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="share of the request cap this class is guaranteed while it has requests "
+        "waiting: below it, its requests go ahead of better classes and are not preempted "
+        "(anti-starvation with a predictable rate; 0: strict priority may starve it)",
+    )
     preemptible: bool = Field(
         False, description="a waiting request of a better class may preempt one of this class"
     )
@@ -286,6 +294,17 @@ class GatewayConfig(_Strict):
             raise ValueError(f"classes: duplicate class names in {names}")
         if self.default_class not in names:
             raise ValueError(f"default_class: {self.default_class!r} is not one of {names}")
+        guaranteed = sum(c.min_in_flight_fraction for c in self.classes)
+        if guaranteed >= 1:
+            raise ValueError(
+                f"classes: min_in_flight_fraction sums to {guaranteed:g}; the guaranteed "
+                "shares must leave the rest of the slots to strict priority (sum below 1)"
+            )
+        for c in self.classes:
+            if c.min_in_flight_fraction > c.max_in_flight_fraction:
+                raise ValueError(
+                    f"classes: {c.name}: min_in_flight_fraction exceeds max_in_flight_fraction"
+                )
         for i, k in enumerate(self.api_keys):
             if k.tier not in names:
                 raise ValueError(f"api_keys.{i}.tier: {k.tier!r} is not one of {names}")

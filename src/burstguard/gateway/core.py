@@ -10,7 +10,10 @@ completed, rejected (at once, evicted or past its deadline), cancelled, or faile
 Release is work-conserving: a class may fill every free slot while no better class
 waits; its `max_in_flight_fraction` counts only its own requests in flight, and a
 request past its class's aging bound (`max_wait_s`) is released even when that cap would
-refuse it. Filling free slots with long batch jobs would leave a burst after an idle gap
+refuse it. A class with a guaranteed share (`min_in_flight_fraction`) goes ahead of
+better classes while its own requests in flight are below that share of the request cap,
+and is not preempted below it: a sustained overload of a better class cannot starve it.
+Filling free slots with long batch jobs would leave a burst after an idle gap
 no slot (vLLM frees a slot only when a request ends: it preempts for KV blocks, never for
 a slot), so the gateway preempts itself: when a request of a better class waits and no
 slot is free, the in-flight request of a `preemptible` class that has produced the
@@ -148,6 +151,7 @@ class GatewayCore:
         self._inflow = ClassInflow(self._adm.rate_half_life_s)
         backend = config.backends[0] if config.backends else None
         self._forward_priority = backend is not None and backend.forward_priority
+        self._shares = any(c.min_in_flight_fraction for c in config.classes)
         self._can_preempt = backend is not None and backend.resume
         self._backend: BackendState | None = None
         self._queued: dict[str, Entry] = {}
@@ -381,18 +385,31 @@ class GatewayCore:
         return cost if self._adm.rate_unit == "tokens" else 1.0
 
     def _class_rate(self, cls: ClassConfig, now: float) -> float | None:
-        """The service rate left to `cls`: the measured rate less the inflow of the classes
-        that pass it under strict priority (at least 5% of the rate)."""
+        """The service rate left to `cls`: the measured rate less what passes it under
+        strict priority (at least 5% of the rate)."""
         rate = self._rate.rate
         if not rate or not self.config.policy.priority:
             return rate
-        return max(rate - self._inflow.above(now, cls.rank), 0.05 * rate)
+        return max(rate - self._taken_from(cls, rate, now), 0.05 * rate)
+
+    def _taken_from(self, cls: ClassConfig, rate: float, now: float) -> float:
+        """The rate other classes take from `cls` under strict priority: the inflow of the
+        better classes, plus what the worse classes with a guaranteed share of the slots
+        take of that share while they wait (their inflow, at most their share); never so
+        much that `cls` keeps less than its own guaranteed share."""
+        taken = self._inflow.above(now, cls.rank)
+        for q in self._queue.classes:
+            share = q.cls.min_in_flight_fraction
+            if q.cls.rank > cls.rank and share and q.count:
+                taken += min(share * rate, self._inflow.of(now, q.cls.rank))
+        return min(taken, (1.0 - cls.min_in_flight_fraction) * rate)
 
     def _estimate_wait(self, cls: ClassConfig, now: float) -> tuple[float, float]:
         """(expected wait of a newcomer of `cls`, time its work ahead drains at the full
         rate). Strict priority: classes above pass it while it waits (their inflow comes
         off the rate); aging (`max_wait_s`) bounds that: once aged it goes first, behind
-        only the older requests of its own class, at the full rate."""
+        only the older requests of its own class, at the full rate. A guaranteed share
+        bounds it too: its own class's queue drains at that share of the rate at least."""
         strict = self.config.policy.priority
         unit = self._adm.rate_unit
         n, t = self._queue.tokens_ahead(cls.rank, strict)
@@ -400,11 +417,14 @@ class GatewayCore:
         ahead = estimate_wait(work, rate)
         if not strict:
             return ahead, ahead
-        wait = estimate_wait(work, rate, self._inflow.above(now, cls.rank))
+        wait = estimate_wait(work, rate, self._taken_from(cls, rate, now) if rate else 0.0)
+        own = self._queue.of(cls.name)
+        own_work = own.tokens if unit == "tokens" else own.count
         if cls.max_wait_s is not None:
-            own = self._queue.of(cls.name)
-            own_work = own.tokens if unit == "tokens" else own.count
             wait = min(wait, cls.max_wait_s + estimate_wait(own_work, rate))
+        if cls.min_in_flight_fraction and rate:
+            # its guaranteed slots drain its own queue, whatever waits in better classes
+            wait = min(wait, estimate_wait(own_work, cls.min_in_flight_fraction * rate))
         return wait, ahead
 
     def _victims(self, new: Entry) -> list[Entry] | None:
@@ -443,14 +463,18 @@ class GatewayCore:
         Per class: interactive clients are not told to wait behind a batch backlog they
         will pass. `_return_at[cls]` is when the last client of the class told to retry is
         expected back plus its own service time at the rate left to its class. The spread
-        covers one queue deadline of the class past its drain at most: in a sustained
-        overload new arrivals take the class's rate too, and a promise further out than
-        the queue can hold would only grow without bound (it is no longer a drain time).
-        Without a measured rate (and no `initial_service_rate`) this is the minimum.
+        covers one more drain (or one service time) past the drain at most, and never more
+        than the class's queue deadline: the schedule assumes the clients told to return
+        are the only ones competing, but in a sustained overload new arrivals take every
+        opening too, and a schedule over a whole deadline told batch ~10 s when its class
+        admitted again within 0.7 s. Without a measured rate (and no
+        `initial_service_rate`) this is the minimum.
         """
         rate = self._class_rate(cls, now)
         own = self._work(cost) / rate if rate else 0.0
-        horizon = cls.queue_deadline_s if cls.queue_deadline_s is not None else drain_s
+        horizon = max(drain_s, own) + own
+        if cls.queue_deadline_s is not None:
+            horizon = min(horizon, cls.queue_deadline_s)
         at = min(max(now + drain_s, self._return_at[cls.name]) + own, now + drain_s + horizon)
         self._return_at[cls.name] = at
         return max(self._adm.min_retry_after_s, at - own - now)
@@ -470,6 +494,9 @@ class GatewayCore:
             own = max(1.0, q.cls.max_in_flight_fraction * lim.requests)
             return aged or self._class_requests[q.cls.name] < own
 
+        def below_share(q: ClassQueue) -> bool:
+            return self._below_share(q.cls, 0)
+
         fleet = self.fleet
         if fleet is not None:
             self._set_caps(now)
@@ -481,7 +508,7 @@ class GatewayCore:
                 if self._can_preempt and self._preempt_for_better(now, out):
                     continue
                 break
-            e = self._picker.next(now, allowed)
+            e = self._picker.next(now, allowed, below_share if self._shares else None)
             if e is None:
                 lim.bound = True
                 if self._can_preempt and self._preempt_for_better(now, out):
@@ -565,12 +592,20 @@ class GatewayCore:
             if c.rank <= rank or e.preemptions >= c.max_preemptions or not e.req.resumable:
                 continue
             released = e.released_at if e.released_at is not None else now
-            if now - released < c.min_run_s:
+            if now - released < c.min_run_s or (
+                c.min_in_flight_fraction and self._below_share(c, 1)
+            ):
                 continue
             key = (math.inf if e.first_token_at is None else e.first_token_at, c.rank, released)
             if best is None or key > best_key:
                 best, best_key = e, key
         return best
+
+    def _below_share(self, cls: ClassConfig, leaving: int) -> bool:
+        """Whether `cls` would hold fewer than its guaranteed share of the slots with
+        `leaving` of its requests in flight gone."""
+        guaranteed = cls.min_in_flight_fraction * self._limits.requests
+        return self._class_requests[cls.name] - leaving < guaranteed
 
     def _saturated(self) -> bool:
         return self._queue.count > 0

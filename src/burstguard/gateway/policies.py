@@ -6,7 +6,11 @@ Three orthogonal choices (config `policy`), each a trade-off:
   waits behind batch, at the price that batch can starve under sustained load; the aging
   bound `max_wait_s` caps that: a request that waited that long goes ahead of every class
   (oldest promotion deadline first), and its class's own in-flight cap no longer holds it
-  back (only the total cap does). `priority: false`: one shared order for all classes.
+  back (only the total cap does). A class with a guaranteed share
+  (`min_in_flight_fraction`) goes ahead of better classes while its own requests in flight
+  are below that share of the request cap: under sustained overload it is served at a
+  predictable rate instead of in the rare windows the better classes leave.
+  `priority: false`: one shared order for all classes.
 - Within a class — `order: fcfs` (arrival order: predictable, no starvation, but a burst
   of long jobs delays every short one behind it) or `order: spjf` (shortest predicted job
   first: minimises mean wait when predictions are right; long jobs wait longer). SPJF ages:
@@ -145,11 +149,19 @@ class Picker:
     def fairness(self, class_name: str) -> Fairness:
         return self._fair[class_name]
 
-    def next(self, now: float, allowed: Allowed) -> Entry | None:
-        """The entry to dispatch next among classes that `allowed` admits, or None."""
+    def next(
+        self, now: float, allowed: Allowed, below_share: Callable[[ClassQueue], bool] | None = None
+    ) -> Entry | None:
+        """The entry to dispatch next among classes that `allowed` admits, or None: the
+        most overdue aged entry, else the best class `below_share` (under its guaranteed
+        share of the slots), else by class priority (or one shared order)."""
         aged = self._aged(now, allowed)
         if aged is not None:
             return aged
+        if below_share is not None:
+            for q in self._queue.classes:
+                if q.count and below_share(q) and allowed(q, False):
+                    return self._fair[q.cls.name].pick(q)
         if self._policy.priority:
             for q in self._queue.classes:
                 if q.count and allowed(q, False):
