@@ -17,7 +17,7 @@ from burstguard.autoscale.hpa import ScalingRules
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "unit"))
 
-from test_autoscale_failure_modes import (
+from test_autoscale_failure_modes import (  # type: ignore[import-not-found]
     Run,
     bursts_every_15_min,
     diurnal,

@@ -67,7 +67,7 @@ def capacity(profile: str, seqs: int, sample: Workload) -> float:
 def run(policy: str, wl: Workload, seqs: int) -> Result:
     engines = [EngineCore(EngineConfig(max_num_seqs=seqs), Profile.load(p)) for p in PROFILES]
     n = len(engines)
-    router = Router(RouterConfig(policy=policy))  # type: ignore[arg-type]
+    router = Router(RouterConfig(policy=policy))
     own: list[dict[str, int]] = [{} for _ in engines]
     seen = [BackendState(0, 0, 0.0) for _ in engines]
     seq = itertools.count()

