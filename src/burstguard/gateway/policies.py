@@ -196,10 +196,10 @@ class DeficitRoundRobin:
 
     def pick(self, q: ClassQueue) -> Entry:
         tenants = list(q.tenants())
-        for t in list(self._deficit):
-            if t not in tenants:
-                del self._deficit[t]  # an idle tenant keeps no deficit
-        if self._turn not in tenants:
+        queued = set(tenants)
+        for t in [t for t in self._deficit if t not in queued]:
+            del self._deficit[t]  # an idle tenant keeps no deficit
+        if self._turn not in queued:
             self._turn = None
         while True:
             order = self._rotation(tenants)
