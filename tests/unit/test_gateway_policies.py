@@ -242,3 +242,29 @@ def test_vtc_remembers_recently_idle_tenants_and_forgets_past_the_lru(max_idle: 
         assert order == ["steady"] * 5  # heavy is 9,700 tokens ahead
     else:
         assert "heavy" in order[:2]
+
+
+def test_vtc_orders_a_tenant_served_through_other_replicas_behind_a_light_one() -> None:
+    """Gateway B holds heavy's and light's requests (equal sizes) behind one slot, while
+    another replica keeps serving heavy: each sync brings B that service (`FleetService`).
+    B then serves light first; counting only its own service it would alternate."""
+    from burstguard.gateway.events import FleetService
+
+    gw = _core("vtc", 1)
+    for k in range(40):
+        tenant = ("heavy", "light")[k % 2]
+        gw.submit(GatewayRequest(f"r{k}", 0.0, 100, 100, "standard", tenant), 0.0)
+    assert sorted(gw.fairness_tenants()["standard"]) == []  # nothing picked yet
+    order: list[str] = []
+    for step in range(20):
+        now = step * 0.01
+        served = {"standard": {"heavy": 300.0}, "other": {"x": 1.0}}
+        for effect in gw.handle(FleetService(served), now):  # it releases what fits
+            assert isinstance(effect, Release)
+            order.append(effect.req.tenant or "")
+            gw.on_finish(effect.req.id, now, 100)
+        assert set(gw.fairness_tenants()["standard"]) == {"heavy", "light"}
+    assert order.count("light") >= 16, order
+    # and a tenant B does not track is not taken in: no state grows from others' tenants
+    gw.handle(FleetService({"standard": {"stranger": 5.0}}), 1.0)
+    assert "stranger" not in gw.fairness_tenants()["standard"]
