@@ -11,7 +11,7 @@ import pytest
 from burstguard.gateway.admission import InFlightLimits, ServiceRate
 from burstguard.gateway.config import AdmissionConfig, GatewayConfig, PredictorConfig
 from burstguard.gateway.core import GatewayCore
-from burstguard.gateway.events import Release
+from burstguard.gateway.events import Finish, Release
 from burstguard.gateway.predictor import OutputPredictor
 from burstguard.gateway.request import BackendState, GatewayRequest
 
@@ -268,3 +268,35 @@ def test_vtc_orders_a_tenant_served_through_other_replicas_behind_a_light_one() 
     # and a tenant B does not track is not taken in: no state grows from others' tenants
     gw.handle(FleetService({"standard": {"stranger": 5.0}}), 1.0)
     assert "stranger" not in gw.fairness_tenants()["standard"]
+
+
+def test_a_refused_lease_does_not_count_as_service() -> None:
+    """Another replica held the backend's shared cap, so the release was never sent: its
+    tenant is not charged for it. light's releases are refused three times each; VTC still
+    alternates (charged per attempt, light would get one turn in four)."""
+    from burstguard.gateway.events import LeaseRefused, Tick
+
+    gw = GatewayCore(GatewayConfig.from_dict({
+        "backends": [{"url": "http://a:1"}],
+        "policy": {"fairness": "vtc"},
+        "admission": {"adapt": False, "min_in_flight": 1, "max_in_flight": 1},
+    }))  # fmt: skip
+    for k in range(40):
+        gw.submit(
+            GatewayRequest(f"r{k}", 0.0, 100, 100, "standard", ("heavy", "light")[k % 2]), 0.0
+        )
+    refused: Counter[str] = Counter()
+    order: list[str] = []
+    now = 0.0
+    out = gw.dispatch(now)
+    while len(order) < 20:
+        (r,) = [e.req for e in out if isinstance(e, Release)]
+        now += 0.1  # past the refused backend's hold (0.05 s)
+        if r.tenant == "light" and refused[r.id] < 3:
+            refused[r.id] += 1
+            out = gw.handle(LeaseRefused(r.id), now)
+            out += gw.handle(Tick(), now + 0.06)
+            continue
+        order.append(r.tenant or "")
+        out = gw.handle(Finish(r.id, 100), now)
+    assert order.count("light") >= 9, order

@@ -324,6 +324,7 @@ class GatewayCore:
         self._off_backend(e)
         self.fleet.unroute(request_id)
         self._requeue(e)
+        self._picker.fairness(e.cls.name).charge(e.tenant, -e.cost)  # it was never sent
         self._held[url] = now + TICK_S * self.config.engine_speedup
 
     def _requeue(self, e: Entry) -> None:
