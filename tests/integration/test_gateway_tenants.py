@@ -1,8 +1,15 @@
-"""Two `burstguard gateway` processes share tenant fairness through a real redis-server:
-gateway A serves tenant `heavy` a sustained load on its engine while gateway B, with one
-slot on its own engine, holds a burst of `heavy` and `light` requests. B's VTC counts
-what A served heavy (learned at each sync), so B serves light first; counting only its
-own service it would alternate."""
+"""Tenants at real `burstguard gateway` processes.
+
+- A client choosing a new tenant id per request: the gateway refuses ids past
+  `limits.max_tenant_chars` (400), queues tenants past `limits.max_queued_tenants` as one
+  (`burstguard_tenant_overflow_total`) and keeps fairness state for a bounded number
+  (`burstguard_fairness_tenants`).
+- Two gateways share tenant fairness through a real redis-server: gateway A serves
+  tenant `heavy` a sustained load on its engine while gateway B, with one slot on its own
+  engine, holds a burst of `heavy` and `light` requests. B's VTC counts what A served
+  heavy (learned at each sync), so B serves light first; counting only its own service it
+  would alternate.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import start_emulator, start_fleet_gateway
 from tests.integration.test_fleet_shared_state import redis_server  # noqa: F401
 
@@ -37,6 +45,40 @@ async def _post(session: aiohttp.ClientSession, base: str, tenant: str, body: di
                             headers={"x-burstguard-tenant": tenant}) as resp:  # fmt: skip
         await resp.read()
         assert resp.status == 200, resp.status
+
+
+async def test_a_gateway_bounds_what_client_chosen_tenant_ids_hold(tmp_path: Path) -> None:
+    engine = start_emulator(tmp_path, speedup=SPEEDUP)
+    config = {
+        "engine_speedup": SPEEDUP,
+        "classes": [{"name": "standard", "rank": 0, "queue_deadline_s": 120.0}],
+        "policy": {"fairness": "vtc"},
+        "limits": {"max_tenant_chars": 64, "max_queued_tenants": 8, "max_idle_tenants": 16},
+        "admission": {"adapt": False, "max_in_flight": 2, "min_in_flight": 1},
+    }
+    with engine:
+        gw = start_fleet_gateway(tmp_path, [engine.base_url], config)  # type: ignore[attr-defined]
+        with gw:
+            base = gw.base_url  # type: ignore[attr-defined]
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+                long_id = {"x-burstguard-tenant": "t" * 65}
+                url = base + "/v1/completions"
+                async with session.post(url, json=SMALL, headers=long_id) as resp:
+                    refused = resp.status, await resp.json()
+                await asyncio.gather(*(_post(session, base, f"spray-{i}", SMALL)
+                                       for i in range(300)))  # fmt: skip
+                async with session.get(base + "/metrics") as resp:
+                    text = await resp.text()
+    metrics = {
+        (s.name, s.labels.get("class")): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+    assert refused[0] == 400, refused
+    assert "longer than 64 characters" in refused[1]["error"]["message"]
+    assert metrics[("burstguard_tenant_overflow_total", "standard")] > 0
+    tracked = metrics[("burstguard_fairness_tenants", "standard")]
+    assert 0 < tracked <= 16 + 8 + 1, tracked  # idle LRU + queued at the last pick (+ bucket)
 
 
 async def test_a_tenant_served_through_one_gateway_goes_behind_at_the_other(
