@@ -37,6 +37,8 @@ when the retry budget or the fleet says no. `LeaseRefused` (another gateway repl
 holds the backend's shared cap) queues it again and holds that backend at its current
 load for one tick. The fleet's clock is wall seconds: the core hands it `now /
 engine_speedup`, so health and budget windows mean the same live and simulated.
+`FleetService` (what the other gateway replicas served each tenant, read from Redis by
+the shell) goes to the fairness policy, so VTC orders by service over the whole fleet.
 """
 
 from __future__ import annotations
