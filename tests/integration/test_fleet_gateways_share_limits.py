@@ -22,7 +22,11 @@ from pathlib import Path
 
 import aiohttp
 from tests.conftest import start_emulator, start_fleet_gateway
-from tests.integration.test_fleet_shared_state import _peak_gauges, redis_server  # noqa: F401
+from tests.integration.test_fleet_shared_state import (  # noqa: F401
+    _peak_gauges,
+    _usage,
+    redis_server,
+)
 
 from burstguard.procs import ManagedProcess
 from burstguard.redis_server import RedisServer
@@ -89,7 +93,7 @@ async def test_three_gateways_share_two_engines_caps(
             first = await burst(session, bases, 200, "shared")
             shared_peaks = {u: list(p) for u, p in peaks.items()}
             await asyncio.sleep(0.7)  # one sync: the tenant's service summed over gateways
-            usage = float(redis_server.client().hget("burstguard:tenant_usage", "default") or 0)
+            usage = _usage(redis_server, "standard", "default")
 
             # one gateway dies mid-burst, holding leases
             task = asyncio.create_task(burst(session, bases, 120, "kill"))

@@ -125,15 +125,84 @@ async def test_redis_killed_serves_degraded_then_rejoins(
         await _close(gws)
 
 
-async def test_tenant_usage_is_summed_over_gateways(redis_server: RedisServer) -> None:
+def _usage(server: RedisServer, cls: str, tenant: str) -> float:
+    """A tenant's usage summed over the live window hashes of its class."""
+    client = server.client()
+    return sum(
+        float(client.hget(key, tenant) or 0)
+        for key in client.scan_iter(f"burstguard:tenant_usage:{cls}:*")
+    )
+
+
+async def test_replicas_learn_what_the_others_served_their_tenants(
+    redis_server: RedisServer,
+) -> None:
+    """Each sync flushes a replica's own usage and returns what the *others* served the
+    tenants it asks about since its last read (a first read is only a baseline)."""
     gw1, gw2 = gws = _gateways(redis_server.url, n=2)
+    mine = {"standard": ["acme", "zeta"]}
     try:
-        gw1.charge_tenant("acme", 100)
-        gw2.charge_tenant("acme", 50)
-        gw2.charge_tenant("zeta", 7)
+        gw2.charge_tenant("standard", "acme", 50)
+        gw2.charge_tenant("standard", "zeta", 7)
+        assert (await gw2.sync(0, 0.0, tenants=mine)).fleet_service == {}  # baseline
+        gw1.charge_tenant("standard", "acme", 100)
+        gw1.charge_tenant("batch", "acme", 1000)  # another class: another counter
+        assert (await gw1.sync(0, 0.0, tenants={"standard": ["acme"]})).fleet_service == {}
+        gw2.charge_tenant("standard", "acme", 30)
+        assert (await gw2.sync(0, 0.0, tenants=mine)).fleet_service == {
+            "standard": {"acme": 100.0}  # gw1's, not its own 30; zeta: nobody else
+        }
+        again = await gw1.sync(0, 0.0, tenants={"standard": ["acme"], "batch": ["acme"]})
+        assert again.fleet_service == {"standard": {"acme": 30.0}}  # batch: a baseline
+        assert _usage(redis_server, "standard", "acme") == 180.0
+        assert _usage(redis_server, "batch", "acme") == 1000.0
+    finally:
+        await _close(gws)
+
+
+async def test_fleet_service_is_exact_across_window_boundaries(redis_server: RedisServer) -> None:
+    """Windows of 0.2 s, a sync every 30 ms for 1 s: gw2 learns every token gw1 served
+    after its first read, none twice, though the hashes roll over five times."""
+    gw1, gw2 = gws = _gateways(redis_server.url, n=2, tenant_window_s=0.2)
+    learned = 0.0
+    try:
+        start, n = time.monotonic(), 0
+        while time.monotonic() - start < 1.0:
+            gw1.charge_tenant("standard", "acme", 10)
+            await gw1.sync(0, 0.0)
+            served = (await gw2.sync(0, 0.0, tenants={"standard": ["acme"]})).fleet_service
+            learned += served.get("standard", {}).get("acme", 0.0)
+            n += 1
+            await asyncio.sleep(0.03)
+        assert n >= 10
+        assert learned == pytest.approx(10 * (n - 1))  # all but the baseline's
+        client = redis_server.client()
+        keys = list(client.scan_iter("burstguard:tenant_usage:standard:*"))
+        assert 1 <= len(keys) <= 3  # old windows expired
+        assert all(0 < client.pttl(k) <= 400 for k in keys)  # two windows
+    finally:
+        await _close(gws)
+
+
+async def test_tenant_usage_in_redis_is_bounded(redis_server: RedisServer) -> None:
+    """A window's hash holds at most `max_tenants` tenants per class (+ ~overflow), both
+    in one replica's buffer and over replicas (the script folds the rest)."""
+    gw1, gw2 = gws = _gateways(redis_server.url, n=2, max_tenants=50)
+    try:
+        for i in range(500):  # one replica: its buffer folds past 50
+            gw1.charge_tenant("standard", f"a{i}", 1)
         await gw1.sync(0, 0.0)
-        usage = (await gw2.sync(0, 0.0)).tenant_usage
-        assert usage == {"acme": 150.0, "zeta": 7.0}
+        for i in range(40):  # two replicas, 80 tenants in all: the script folds past 50
+            gw1.charge_tenant("batch", f"b{i}", 1)
+            gw2.charge_tenant("batch", f"c{i}", 1)
+        await gw1.sync(0, 0.0)
+        await gw2.sync(0, 0.0)
+        client = redis_server.client()
+        for cls, total in (("standard", 500), ("batch", 80)):
+            (key,) = client.scan_iter(f"burstguard:tenant_usage:{cls}:*")
+            assert client.hlen(key) <= 50 + 1
+            assert sum(float(v) for v in client.hvals(key)) == total  # no usage lost
+            assert float(client.hget(key, "~overflow") or 0) > 0
     finally:
         await _close(gws)
 

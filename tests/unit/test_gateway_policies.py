@@ -11,7 +11,7 @@ import pytest
 from burstguard.gateway.admission import InFlightLimits, ServiceRate
 from burstguard.gateway.config import AdmissionConfig, GatewayConfig, PredictorConfig
 from burstguard.gateway.core import GatewayCore
-from burstguard.gateway.events import Release
+from burstguard.gateway.events import Finish, Release
 from burstguard.gateway.predictor import OutputPredictor
 from burstguard.gateway.request import BackendState, GatewayRequest
 
@@ -130,3 +130,173 @@ def test_in_flight_caps_shrink_to_what_the_engine_runs_and_grow_when_calm() -> N
     full = BackendState(waiting=0, running=24, kv_usage=0.97)
     lim.observe(1.0, full, 20, 20_000)
     assert lim.requests == math.floor(20 * 0.9)  # KV above kv_high: shrink by grow_fraction
+
+
+def _core(fairness: str, slots: int, **limits: int) -> GatewayCore:
+    return GatewayCore(GatewayConfig.from_dict({
+        "policy": {"fairness": fairness},
+        "limits": limits,
+        "admission": {"max_in_flight": slots, "min_in_flight": 1, "adapt": False,
+                      "max_queue_requests": 100_000, "max_queue_tokens": 10**9},
+    }))  # fmt: skip
+
+
+def _serve(gw: GatewayCore, now: float) -> list[GatewayRequest]:
+    """Dispatches, then finishes everything released (with its predicted output)."""
+    released = [e.req for e in gw.dispatch(now) if isinstance(e, Release)]
+    for r in released:
+        gw.on_finish(r.id, now, r.max_tokens or 0)
+    return released
+
+
+@pytest.mark.parametrize("fairness", ["vtc", "drr"])
+def test_tenant_state_stays_bounded_under_100k_distinct_tenants(fairness: str) -> None:
+    """A client sending a new tenant id per request: 100k of them, in bursts of 2,000
+    queued at once behind 8 slots. Fairness keeps state for the active tenants and at most
+    `max_idle_tenants` idle ones; the queue holds at most `max_queued_tenants` distinct
+    tenants (+ the shared overflow bucket), so a pick never looks at more."""
+    gw = _core(fairness, 8, max_queued_tenants=64, max_idle_tenants=100)
+    k, most_tracked, most_queued = 0, 0, 0
+    q = gw._queue.of("standard")
+    for burst in range(50):
+        now = float(burst)
+        for _ in range(2000):
+            gw.submit(GatewayRequest(f"r{k}", now, 10, 10, "standard", f"t{k}"), now)
+            k += 1
+        most_queued = max(most_queued, len(list(q.tenants())))
+        while gw.stats.queue_depth["standard"]:
+            _serve(gw, now)
+            most_tracked = max(most_tracked, gw.stats.fairness_tenants["standard"])
+    assert k == 100_000
+    assert most_queued <= 64 + 1  # + ~overflow
+    assert gw.stats.tenant_overflow["standard"] == 50 * (2000 - 64)
+    if fairness == "vtc":
+        assert most_tracked <= 100 + 65 + 8  # idle LRU + queued + in flight
+        # at rest: the idle LRU, and the tenants queued at the last pick until the next
+        assert gw.stats.fairness_tenants["standard"] <= 100 + 65
+    assert gw.stats.outcomes["standard"]["completed"] == 100_000
+
+
+def test_vtc_shares_of_backlogged_tenants_hold_while_others_spray_tenant_ids() -> None:
+    """heavy and light stay backlogged while a sprayer sends each request under a new
+    tenant id: heavy and light keep equal token shares, and the sprayer's ids, past
+    `max_queued_tenants`, share one bucket instead of a share each."""
+    gw = _core("vtc", 1, max_queued_tenants=4, max_idle_tenants=8)
+    k = 0
+    for tenant, prompt, out, n in (("heavy", 900, 100, 60), ("light", 50, 50, 400)):
+        for _ in range(n):
+            gw.submit(GatewayRequest(f"r{k}", 0.0, prompt, out, "standard", tenant), 0.0)
+            k += 1
+    served: list[GatewayRequest] = []
+    for step in range(120):
+        now = step * 0.01
+        for _ in range(3):
+            gw.submit(GatewayRequest(f"r{k}", now, 50, 50, "standard", f"spray{k}"), now)
+            k += 1
+        served += _serve(gw, now)
+    got = served_tokens(served)
+    sprayed = sum(v for t, v in got.items() if t.startswith("spray"))
+    assert abs(got["heavy"] - got["light"]) <= 1000 + 500, got
+    # the sprayer holds the bucket and the 2 tenant places left: 3 shares at most, not one
+    # per id (then heavy and light would get next to nothing)
+    share = (got["heavy"] + got["light"]) / 2
+    assert sprayed <= 3 * share, (sprayed, got)
+
+
+@pytest.mark.parametrize("max_idle", [1, 0])
+def test_vtc_remembers_recently_idle_tenants_and_forgets_past_the_lru(max_idle: int) -> None:
+    """heavy is served 10,000 tokens and goes idle while steady stays backlogged. Remembered
+    (in the idle LRU), heavy returns with its counter: steady goes first until it catches
+    up. Forgotten (an LRU of 0), heavy returns at the floor (steady's counter), as a new
+    tenant would: that is all forgetting costs."""
+    from burstguard.gateway.policies import VirtualTokenCounter
+    from burstguard.gateway.queue import ClassQueue
+    from burstguard.gateway.request import Entry
+
+    cls = GatewayConfig().class_by_name("standard")
+    vtc = VirtualTokenCounter(max_idle=max_idle)
+    q = ClassQueue(cls)
+    seq = 0
+
+    def push(tenant: str, tokens: int) -> None:
+        nonlocal seq
+        seq += 1
+        req = GatewayRequest(f"x{seq}", 0.0, tokens, 0, "standard", tenant)
+        q.push(Entry(req, cls, tenant, 0, seq))
+
+    def serve() -> str:
+        e = vtc.pick(q)
+        q.remove(e)
+        vtc.dispatched(e.tenant, e.cost)
+        vtc.settled(e.tenant)
+        return e.tenant
+
+    for _ in range(50):
+        push("steady", 100)
+    push("heavy", 10_000)
+    assert [serve() for _ in range(4)] == ["steady", "heavy", "steady", "steady"]
+    assert ("heavy" in vtc.tracked()) == (max_idle > 0)  # idle: remembered or forgotten
+    push("heavy", 100)  # heavy returns
+    order = [serve() for _ in range(5)]
+    if max_idle:
+        assert order == ["steady"] * 5  # heavy is 9,700 tokens ahead
+    else:
+        assert "heavy" in order[:2]
+
+
+def test_vtc_orders_a_tenant_served_through_other_replicas_behind_a_light_one() -> None:
+    """Gateway B holds heavy's and light's requests (equal sizes) behind one slot, while
+    another replica keeps serving heavy: each sync brings B that service (`FleetService`).
+    B then serves light first; counting only its own service it would alternate."""
+    from burstguard.gateway.events import FleetService
+
+    gw = _core("vtc", 1)
+    for k in range(40):
+        tenant = ("heavy", "light")[k % 2]
+        gw.submit(GatewayRequest(f"r{k}", 0.0, 100, 100, "standard", tenant), 0.0)
+    assert sorted(gw.fairness_tenants()["standard"]) == []  # nothing picked yet
+    order: list[str] = []
+    for step in range(20):
+        now = step * 0.01
+        served = {"standard": {"heavy": 300.0}, "other": {"x": 1.0}}
+        for effect in gw.handle(FleetService(served), now):  # it releases what fits
+            assert isinstance(effect, Release)
+            order.append(effect.req.tenant or "")
+            gw.on_finish(effect.req.id, now, 100)
+        assert set(gw.fairness_tenants()["standard"]) == {"heavy", "light"}
+    assert order.count("light") >= 16, order
+    # and a tenant B does not track is not taken in: no state grows from others' tenants
+    gw.handle(FleetService({"standard": {"stranger": 5.0}}), 1.0)
+    assert "stranger" not in gw.fairness_tenants()["standard"]
+
+
+def test_a_refused_lease_does_not_count_as_service() -> None:
+    """Another replica held the backend's shared cap, so the release was never sent: its
+    tenant is not charged for it. light's releases are refused three times each; VTC still
+    alternates (charged per attempt, light would get one turn in four)."""
+    from burstguard.gateway.events import LeaseRefused, Tick
+
+    gw = GatewayCore(GatewayConfig.from_dict({
+        "backends": [{"url": "http://a:1"}],
+        "policy": {"fairness": "vtc"},
+        "admission": {"adapt": False, "min_in_flight": 1, "max_in_flight": 1},
+    }))  # fmt: skip
+    for k in range(40):
+        gw.submit(
+            GatewayRequest(f"r{k}", 0.0, 100, 100, "standard", ("heavy", "light")[k % 2]), 0.0
+        )
+    refused: Counter[str] = Counter()
+    order: list[str] = []
+    now = 0.0
+    out = gw.dispatch(now)
+    while len(order) < 20:
+        (r,) = [e.req for e in out if isinstance(e, Release)]
+        now += 0.1  # past the refused backend's hold (0.05 s)
+        if r.tenant == "light" and refused[r.id] < 3:
+            refused[r.id] += 1
+            out = gw.handle(LeaseRefused(r.id), now)
+            out += gw.handle(Tick(), now + 0.06)
+            continue
+        order.append(r.tenant or "")
+        out = gw.handle(Finish(r.id, 100), now)
+    assert order.count("light") >= 9, order

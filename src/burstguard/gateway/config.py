@@ -100,8 +100,9 @@ class ListenConfig(_Strict):
 
 class LimitsConfig(_Strict):
     """What one client may hold of the gateway: bytes, time, connections, all before any
-    authentication (docs/gateway.md, "Limits and timeouts", says what a client gets when
-    one trips and which metric counts it)."""
+    authentication, and the per-tenant state a client choosing tenant ids may grow
+    (docs/gateway.md, "Limits and timeouts", says what a client gets when one trips and
+    which metric counts it)."""
 
     max_connections: int = Field(
         4096, ge=1, description="open client connections; one more is accepted and closed at once"
@@ -132,6 +133,17 @@ class LimitsConfig(_Strict):
     linger_s: float = Field(
         2.0, ge=0, description="after an error that closes the connection, how long what the "
         "client still sends is read and dropped, so it reads the answer instead of a reset",
+    )  # fmt: skip
+    max_tenant_chars: int = Field(
+        128, ge=1, description="a tenant id (header or API key) longer than this is refused (400)"
+    )
+    max_queued_tenants: int = Field(
+        1024, ge=1, description="distinct tenants queued per class; a new one past this queues "
+        "as the shared tenant `~overflow` (each pick looks at every queued tenant)",
+    )  # fmt: skip
+    max_idle_tenants: int = Field(
+        1024, ge=0, description="per class, idle tenants whose fairness counter (VTC) is "
+        "remembered, least recently idle forgotten first (active tenants are always kept)",
     )  # fmt: skip
 
 

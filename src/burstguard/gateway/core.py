@@ -37,6 +37,8 @@ when the retry budget or the fleet says no. `LeaseRefused` (another gateway repl
 holds the backend's shared cap) queues it again and holds that backend at its current
 load for one tick. The fleet's clock is wall seconds: the core hands it `now /
 engine_speedup`, so health and budget windows mean the same live and simulated.
+`FleetService` (what the other gateway replicas served each tenant, read from Redis by
+the shell) goes to the fairness policy, so VTC orders by service over the whole fleet.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from burstguard.gateway.events import (
     Fail,
     Finish,
     FirstToken,
+    FleetService,
     Forget,
     LeaseRefused,
     Preempt,
@@ -74,7 +77,7 @@ from burstguard.gateway.fleet.fleet import Fleet
 from burstguard.gateway.fleet.router import RouteRequest
 from burstguard.gateway.policies import Picker, order_key
 from burstguard.gateway.predictor import OutputPredictor
-from burstguard.gateway.queue import ClassQueue, GatewayQueue
+from burstguard.gateway.queue import OVERFLOW_TENANT, ClassQueue, GatewayQueue
 from burstguard.gateway.request import BackendState, Entry, GatewayRequest
 
 __all__ = ["Admission", "BackendState", "GatewayCore", "GatewayRequest", "GatewayStats"]
@@ -113,6 +116,8 @@ class GatewayStats:
     rejections: dict[str, int]  # reason -> count
     ttft_slo: dict[str, tuple[int, int]] = field(default_factory=dict)  # class -> (met, seen)
     preemptions: dict[str, int] = field(default_factory=dict)  # class -> count
+    fairness_tenants: dict[str, int] = field(default_factory=dict)  # class -> tenants tracked
+    tenant_overflow: dict[str, int] = field(default_factory=dict)  # class -> queued as ~overflow
 
 
 class GatewayCore:
@@ -143,7 +148,7 @@ class GatewayCore:
         self._now = 0.0
         self._adm = config.admission
         self._queue = GatewayQueue(config.classes)
-        self._picker = Picker(config.policy, self._queue)
+        self._picker = Picker(config.policy, self._queue, config.limits.max_idle_tenants)
         self._predictor = OutputPredictor(config.predictor)
         self._rate = ServiceRate(self._adm.rate_half_life_s, self._adm.initial_service_rate)
         interval = config.scrape_interval_s * config.engine_speedup  # in the core's clock
@@ -164,6 +169,7 @@ class GatewayCore:
         self._outcomes = {c.name: Counter[str]() for c in config.classes}
         self._rejections = Counter[str]()
         self._preemptions = Counter[str]()
+        self._overflowed = Counter[str]()  # requests queued as OVERFLOW_TENANT, per class
         self._ttft: dict[str, list[int]] = {c.name: [0, 0] for c in config.classes}
         self._return_at = {c.name: -math.inf for c in config.classes}  # see _schedule_return
 
@@ -197,6 +203,8 @@ class GatewayCore:
             self._backend_failed(event, now, out)
         elif isinstance(event, LeaseRefused):
             self._lease_refused(event.request_id, now)
+        elif isinstance(event, FleetService):
+            self._picker.fleet_service(event.served)
         out += self.dispatch(now)
         if self._forgotten:
             out += (Forget(url) for url in self._forgotten)
@@ -318,6 +326,7 @@ class GatewayCore:
         self._off_backend(e)
         self.fleet.unroute(request_id)
         self._requeue(e)
+        self._picker.fairness(e.cls.name).charge(e.tenant, -e.cost)  # it was never sent
         self._held[url] = now + TICK_S * self.config.engine_speedup
 
     def _requeue(self, e: Entry) -> None:
@@ -350,7 +359,9 @@ class GatewayCore:
             req.max_tokens, req.prompt_tokens, cls.name, req.tenant, req.route
         )
         self._seq += 1
-        e = Entry(req, cls, req.tenant or self.config.default_tenant, predicted, self._seq)
+        own = req.tenant or self.config.default_tenant
+        tenant = self._queue.of(cls.name).tenant_for(own, self.config.limits.max_queued_tenants)
+        e = Entry(req, cls, tenant, predicted, self._seq)
         e.key = order_key(self.config.policy, e)
 
         wait, drain_ahead = self._estimate_wait(cls, now)
@@ -379,6 +390,8 @@ class GatewayCore:
         self._queue.push(e)
         self._queued[req.id] = e
         self._inflow.add(now, cls.rank, self._work(e.cost))
+        if tenant == OVERFLOW_TENANT != own:
+            self._overflowed[cls.name] += 1
         return Admission(True, evicted=tuple(v.req for v in victims))
 
     def _work(self, cost: float) -> float:
@@ -543,7 +556,7 @@ class GatewayCore:
         if e.cls.preemptible:
             self._preemptible[e.req.id] = e
         e.released_at = now
-        self._picker.fairness(e.cls.name).charge(e.tenant, e.cost)
+        self._picker.fairness(e.cls.name).dispatched(e.tenant, e.cost)
         priority = e.cls.rank if self._forward_priority else None
         resumed = e.preemptions > 0 or e.req.id in self._resume_after_failure
         self._resume_after_failure.discard(e.req.id)
@@ -693,6 +706,7 @@ class GatewayCore:
         self._class_requests[e.cls.name] -= 1
         self._class_tokens[e.cls.name] -= e.cost
         self._preemptible.pop(e.req.id, None)
+        self._picker.fairness(e.cls.name).settled(e.tenant)
 
     def _end(self, e: Entry, outcome: str, reason: str | None = None) -> None:
         self._outcomes[e.cls.name][outcome] += 1
@@ -715,4 +729,11 @@ class GatewayCore:
             rejections=dict(self._rejections),
             ttft_slo={c: (m, s) for c, (m, s) in self._ttft.items()},
             preemptions={c.name: self._preemptions[c.name] for c in self.config.classes},
+            fairness_tenants={c: len(ts) for c, ts in self._picker.tracked().items()},
+            tenant_overflow={c.name: self._overflowed[c.name] for c in self.config.classes},
         )
+
+    def fairness_tenants(self) -> dict[str, list[str]]:
+        """Per class, the tenants whose service fairness tracks (bounded: see
+        `policies`); what the shell asks Redis about, answered by `FleetService`."""
+        return self._picker.tracked()

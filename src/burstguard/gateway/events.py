@@ -9,6 +9,7 @@ already gone) ignores it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from burstguard.gateway.request import BackendState, GatewayRequest
@@ -86,7 +87,19 @@ class LeaseRefused:
     request_id: str
 
 
-Event = Arrive | Tick | Scrape | FirstToken | Finish | Cancel | Fail | BackendFailed | LeaseRefused
+@dataclass(frozen=True, slots=True)
+class FleetService:
+    """What the other gateway replicas served since the last sync (through Redis): tokens
+    per class and tenant, for the tenants `GatewayCore.fairness_tenants` named. VTC counts
+    them, so a tenant's counter is its service over the whole fleet."""
+
+    served: Mapping[str, Mapping[str, float]]
+
+
+Event = (
+    Arrive | Tick | Scrape | FirstToken | Finish | Cancel | Fail | BackendFailed | LeaseRefused
+    | FleetService
+)  # fmt: skip
 
 
 # -- effects: what to do ------------------------------------------------------------------

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from burstguard.client.retry import RETRY_COUNT_HEADER
@@ -93,6 +93,8 @@ class GaugeSnapshot:
     backend_waiting: float | None = None
     backend_running: float | None = None
     backend_kv_usage: float | None = None
+    fairness_tenants: Mapping[str, int] = field(default_factory=dict)  # class -> tracked
+    tenant_overflow: Mapping[str, int] = field(default_factory=dict)  # class -> total
     extra: Mapping[str, float] = field(default_factory=dict)
 
 
@@ -170,6 +172,23 @@ class _SnapshotCollector(Collector):
         for b in (1, 5):
             burst.add_metric([f"{b}s"], self._windows.burst_index(now, b))
         yield burst
+        tracked = GaugeMetricFamily(
+            "burstguard_fairness_tenants",
+            "Tenants whose fairness state is kept (active + recently idle), by class",
+            labels=["class"],
+        )
+        for name, n in s.fairness_tenants.items():
+            tracked.add_metric([name], n)
+        yield tracked
+        overflow = CounterMetricFamily(
+            "burstguard_tenant_overflow",
+            "Requests queued as the shared tenant ~overflow (limits.max_queued_tenants "
+            "other tenants were queued in their class), by class",
+            labels=["class"],
+        )
+        for name, n in s.tenant_overflow.items():
+            overflow.add_metric([name], n)
+        yield overflow
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

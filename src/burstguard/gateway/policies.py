@@ -26,11 +26,28 @@ Three orthogonal choices (config `policy`), each a trade-off:
   (deficit round robin by tokens, Shreedhar & Varghese: each backlogged tenant earns a
   quantum of tokens per turn; O(1) state per tenant, shares exact over a round, but a
   tenant's share does not remember its past once it goes idle).
+
+Tenants may come from a client's header, so their number is the client's to choose: the
+state kept per tenant is bounded. VTC keeps a counter only for an *active* tenant (queued
+at the last pick, or in flight); a tenant with neither is retired into a bounded LRU of
+recently idle tenants (`limits.max_idle_tenants`) and forgotten past it. Forgetting is
+safe under VTC's own rule: a returning tenant is lifted to the smallest active counter
+anyway, so only an idle tenant whose counter is above that floor (served a lot just
+before) loses anything, and the LRU keeps exactly the recently served ones. DRR keeps a
+deficit only for queued tenants. The queue maps tenants past `limits.max_queued_tenants`
+distinct per class to one shared bucket (`queue.OVERFLOW_TENANT`), so each pick, which
+looks at every queued tenant, costs at most that many steps.
+
+With gateway replicas sharing Redis, VTC counts a tenant's service over the whole fleet:
+its own dispatches plus what the other replicas served it (`fleet_service`, learned at
+each sync), so a tenant served heavily through one replica goes behind a light tenant at
+another. DRR has no memory of the past, so it ignores the fleet's service.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from burstguard.gateway.config import PolicyConfig
@@ -49,11 +66,26 @@ def order_key(policy: PolicyConfig, e: Entry) -> float:
 
 
 class Fairness(Protocol):
-    """Chooses the tenant within a class; told what was dispatched and what it really cost."""
+    """Chooses the tenant within a class; told what was dispatched, what it really cost,
+    when it left the backend, and what other gateway replicas served."""
 
     def pick(self, q: ClassQueue) -> Entry: ...
 
-    def charge(self, tenant: str, tokens: int) -> None: ...
+    def dispatched(self, tenant: str, tokens: int) -> None:
+        """An entry of `tenant` went to the backend, charged `tokens` (its predicted cost)."""
+
+    def settled(self, tenant: str) -> None:
+        """An entry of `tenant` left the backend (finished, cancelled, failed, requeued)."""
+
+    def charge(self, tenant: str, tokens: float) -> None:
+        """A correction to what `tenant` was charged (actual minus predicted tokens)."""
+
+    def fleet_service(self, tenant: str, tokens: float) -> None:
+        """Other gateway replicas served `tenant` this many tokens since the last sync."""
+
+    def tracked(self) -> list[str]:
+        """The tenants it keeps state for (bounded), whose fleet service it wants."""
+        ...
 
 
 class NoFairness:
@@ -62,31 +94,96 @@ class NoFairness:
     def pick(self, q: ClassQueue) -> Entry:
         return min((q.head(t) for t in q.tenants()), key=lambda e: (e.key, e.seq))
 
-    def charge(self, tenant: str, tokens: int) -> None:
+    def dispatched(self, tenant: str, tokens: int) -> None:
         """Nothing to account."""
+
+    def settled(self, tenant: str) -> None:
+        """Nothing to account."""
+
+    def charge(self, tenant: str, tokens: float) -> None:
+        """Nothing to account."""
+
+    def fleet_service(self, tenant: str, tokens: float) -> None:
+        """Nothing to account."""
+
+    def tracked(self) -> list[str]:
+        return []
 
 
 class VirtualTokenCounter:
-    """Serve the backlogged tenant with the smallest served-token counter."""
+    """Serve the backlogged tenant with the smallest served-token counter.
 
-    def __init__(self) -> None:
-        self._counter: dict[str, float] = {}
-        self._backlogged: set[str] = set()
+    Counters live for active tenants (queued at the last pick, or in flight) and, once
+    idle, in an LRU of at most `max_idle` tenants; a tenant forgotten past it comes back
+    at the floor, as a new one would."""
+
+    def __init__(self, max_idle: int) -> None:
+        self._counter: dict[str, float] = {}  # active tenants
+        self._in_flight = Counter[str]()
+        self._backlogged: set[str] = set()  # queued at the last pick
+        self._idle: OrderedDict[str, float] = OrderedDict()  # recently idle, oldest first
+        self._max_idle = max_idle
+        self._high = 0.0  # the highest counter reached: the floor while nobody is backlogged
 
     def pick(self, q: ClassQueue) -> Entry:
         tenants = list(q.tenants())
+        queued = set(tenants)
+        for t in self._backlogged - queued:  # left the queue since the last pick
+            if not self._in_flight[t]:
+                self._retire(t)
         fresh = [t for t in tenants if t not in self._backlogged]
         if fresh:
-            active = [self._counter.get(t, 0.0) for t in tenants if t in self._backlogged]
-            floor = min(active) if active else max(self._counter.values(), default=0.0)
+            active = [self._counter[t] for t in tenants if t in self._backlogged]
+            floor = min(active) if active else self._high
             for t in fresh:
-                self._counter[t] = max(self._counter.get(t, 0.0), floor)
-        self._backlogged = set(tenants)
-        best = min(tenants, key=lambda t: self._counter[t])
+                self._counter[t] = max(self._revive(t), floor)
+        self._backlogged = queued
+        best = min(tenants, key=self._counter.__getitem__)
         return q.head(best)
 
-    def charge(self, tenant: str, tokens: int) -> None:
-        self._counter[tenant] = self._counter.get(tenant, 0.0) + tokens
+    def _revive(self, tenant: str) -> float:
+        """The tenant's counter if it has one (active, or recently idle), else 0."""
+        c = self._counter.get(tenant)
+        return c if c is not None else self._idle.pop(tenant, 0.0)
+
+    def _retire(self, tenant: str) -> None:
+        """Neither queued nor in flight: into the idle LRU (the oldest idle leaves)."""
+        c = self._counter.pop(tenant, None)
+        if c is None or not self._max_idle:
+            return
+        self._idle[tenant] = c
+        if len(self._idle) > self._max_idle:
+            self._idle.popitem(last=False)
+
+    def dispatched(self, tenant: str, tokens: int) -> None:
+        # an aged entry is released without a pick: its tenant may have no counter yet
+        c = self._counter[tenant] = self._revive(tenant) + tokens
+        self._high = max(self._high, c)
+        self._in_flight[tenant] += 1
+
+    def settled(self, tenant: str) -> None:
+        left = self._in_flight[tenant] - 1
+        if left > 0:
+            self._in_flight[tenant] = left
+            return
+        self._in_flight.pop(tenant, None)
+        if tenant not in self._backlogged:
+            self._retire(tenant)
+
+    def charge(self, tenant: str, tokens: float) -> None:
+        """Adds to a tracked tenant's counter; an untracked one comes back at the floor."""
+        if tenant in self._counter:
+            c = self._counter[tenant] = self._counter[tenant] + tokens
+        elif tenant in self._idle:
+            c = self._idle[tenant] = self._idle[tenant] + tokens
+        else:
+            return
+        self._high = max(self._high, c)
+
+    fleet_service = charge
+
+    def tracked(self) -> list[str]:
+        return [*self._counter, *self._idle]
 
 
 class DeficitRoundRobin:
@@ -99,10 +196,10 @@ class DeficitRoundRobin:
 
     def pick(self, q: ClassQueue) -> Entry:
         tenants = list(q.tenants())
-        for t in list(self._deficit):
-            if t not in tenants:
-                del self._deficit[t]  # an idle tenant keeps no deficit
-        if self._turn not in tenants:
+        queued = set(tenants)
+        for t in [t for t in self._deficit if t not in queued]:
+            del self._deficit[t]  # an idle tenant keeps no deficit
+        if self._turn not in queued:
             self._turn = None
         while True:
             order = self._rotation(tenants)
@@ -124,14 +221,26 @@ class DeficitRoundRobin:
         i = tenants.index(self._turn)
         return tenants[i:] + tenants[:i]
 
-    def charge(self, tenant: str, tokens: int) -> None:
+    def dispatched(self, tenant: str, tokens: int) -> None:
+        self.charge(tenant, tokens)
+
+    def settled(self, tenant: str) -> None:
+        """A deficit is kept while queued, whatever is in flight."""
+
+    def charge(self, tenant: str, tokens: float) -> None:
         if tenant in self._deficit:
             self._deficit[tenant] -= tokens
 
+    def fleet_service(self, tenant: str, tokens: float) -> None:
+        """No memory of the past: what others served does not enter a round."""
 
-def make_fairness(policy: PolicyConfig) -> Fairness:
+    def tracked(self) -> list[str]:
+        return []
+
+
+def make_fairness(policy: PolicyConfig, max_idle: int) -> Fairness:
     if policy.fairness == "vtc":
-        return VirtualTokenCounter()
+        return VirtualTokenCounter(max_idle)
     if policy.fairness == "drr":
         return DeficitRoundRobin(policy.drr_quantum_tokens)
     return NoFairness()
@@ -140,14 +249,28 @@ def make_fairness(policy: PolicyConfig) -> Fairness:
 class Picker:
     """Strict priority with aging over classes, then fairness and order within a class."""
 
-    def __init__(self, policy: PolicyConfig, queue: GatewayQueue) -> None:
+    def __init__(self, policy: PolicyConfig, queue: GatewayQueue, max_idle_tenants: int) -> None:
         self._policy = policy
         self._queue = queue
         # Fairness is within a class, so each class keeps its own accounting.
-        self._fair: dict[str, Fairness] = {q.cls.name: make_fairness(policy) for q in queue.classes}
+        self._fair: dict[str, Fairness] = {
+            q.cls.name: make_fairness(policy, max_idle_tenants) for q in queue.classes
+        }
 
     def fairness(self, class_name: str) -> Fairness:
         return self._fair[class_name]
+
+    def fleet_service(self, served: Mapping[str, Mapping[str, float]]) -> None:
+        """What other gateway replicas served, per class and tenant, since the last sync."""
+        for cls, tenants in served.items():
+            fair = self._fair.get(cls)
+            if fair is not None:
+                for tenant, tokens in tenants.items():
+                    fair.fleet_service(tenant, tokens)
+
+    def tracked(self) -> dict[str, list[str]]:
+        """Per class, the tenants fairness keeps state for (what a sync should read)."""
+        return {name: fair.tracked() for name, fair in self._fair.items()}
 
     def next(
         self, now: float, allowed: Allowed, below_share: Callable[[ClassQueue], bool] | None = None

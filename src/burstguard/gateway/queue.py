@@ -24,6 +24,11 @@ would turn the ordinary spread of waits around an estimate into late 429s for cl
 that have already waited — measured under a 3x overload: 16% of accepted interactive
 requests — while serving them a little late costs the same capacity as anyone else."""
 
+OVERFLOW_TENANT = "~overflow"
+"""The one tenant that every tenant past `limits.max_queued_tenants` of a class queues
+as: a client that sends a new tenant id per request shares one fair share, and the
+policies' per-pick work stays bounded."""
+
 
 class ClassQueue:
     """The queued entries of one priority class."""
@@ -68,6 +73,13 @@ class ClassQueue:
             q.popleft()
         while q and not q[-1].alive:
             q.pop()
+
+    def tenant_for(self, tenant: str, max_tenants: int) -> str:
+        """The tenant a new entry of `tenant` queues as: itself while it is queued already
+        or fewer than `max_tenants` tenants are, else `OVERFLOW_TENANT`."""
+        if tenant in self._per_tenant or len(self._per_tenant) < max_tenants:
+            return tenant
+        return OVERFLOW_TENANT
 
     def tenants(self) -> Iterator[str]:
         """Tenants with queued entries, in the order they first queued."""

@@ -90,6 +90,7 @@ from burstguard.gateway.events import (
     Fail,
     Finish,
     FirstToken,
+    FleetService,
     Forget,
     LeaseRefused,
     Preempt,
@@ -332,7 +333,8 @@ class Gateway:
 
     async def _sync(self) -> None:
         """Every `sync_interval_s`: renew this gateway's leases, publish its queue depth and
-        arrival rate (what an autoscaler reads), flush tenant usage."""
+        arrival rate (what an autoscaler reads), flush tenant usage and hand the core what
+        the other replicas served the tenants its fairness tracks."""
         assert self.shared is not None
         interval = self.config.fleet.redis.sync_interval_s
         seen = self._arrivals
@@ -342,7 +344,10 @@ class Gateway:
             seen = self._arrivals
             depth = sum(self.core.stats.queue_depth.values())
             try:
-                await self.shared.sync(depth, rate, self.fleet.backends)
+                tenants = self.core.fairness_tenants()
+                result = await self.shared.sync(depth, rate, self.fleet.backends, tenants)
+                if result.fleet_service:
+                    self.event(FleetService(result.fleet_service))
             except Exception:  # the syncer must never die
                 log.exception("shared state sync failed")
 
@@ -394,8 +399,8 @@ class Gateway:
         """(class, tenant): the key's tier and tenant win; then headers; then `priority`."""
         tenant = ident.tenant if ident else None
         tenant = tenant or headers.get(self._tenant_header) or self.config.default_tenant
-        if len(tenant) > 128:
-            raise BadRequest(f"{self.config.tenant_header}: longer than 128 characters")
+        if len(tenant) > (most := self.config.limits.max_tenant_chars):
+            raise BadRequest(f"{self.config.tenant_header}: longer than {most} characters")
         if ident is not None:
             return ident.tier, tenant
         named = headers.get(self._class_header)
@@ -694,7 +699,7 @@ class Gateway:
         outcome = ex.outcome or "failed"
         self.metrics.ended(ex.cls, outcome, ex.reason)
         if self.shared is not None and ex.backends:  # the tenant's service, for all replicas
-            self.shared.charge_tenant(ex.tenant, ex.prompt_tokens + ex.output_tokens)
+            self.shared.charge_tenant(ex.cls, ex.tenant, ex.prompt_tokens + ex.output_tokens)
         if self.config.log_requests and access_log.isEnabledFor(logging.INFO):
             access_log.info(json.dumps({
                 "id": ex.rid, "class": ex.cls, "tenant": ex.tenant, "route": ex.route,
@@ -775,6 +780,8 @@ class Gateway:
             backend_waiting=None if b is None or b.waiting is None else float(b.waiting),
             backend_running=None if b is None or b.running is None else float(b.running),
             backend_kv_usage=b.kv_usage if b is not None else None,
+            fairness_tenants=s.fairness_tenants,
+            tenant_overflow=s.tenant_overflow,
         )
 
 

@@ -100,6 +100,14 @@ class RedisConfig(_Strict):
         1.0, gt=0, description="renew leases, publish queue depth and tenant usage"
     )
     required: bool = Field(False, description="refuse to start when Redis is unreachable")
+    tenant_window_s: float = Field(
+        60.0, gt=0, description="tenant usage is summed per window of Redis' clock; a "
+        "window's hash expires two windows after its last write",
+    )  # fmt: skip
+    max_tenants: int = Field(
+        10_000, ge=1, description="tenants per class and window in Redis (and buffered between "
+        "syncs); past it, usage is charged to the shared tenant ~overflow",
+    )  # fmt: skip
 
     @field_validator("url")
     @classmethod

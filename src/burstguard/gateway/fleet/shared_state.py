@@ -19,9 +19,15 @@ in every ordering decision); what must hold across replicas is the *caps*:
 - **Bound.** Total leases on a backend <= cap, except (a) while some gateways are degraded
   and others are not: + the degraded ones' local caps (<= the cap when all are degraded);
   (b) a gateway that cannot renew for longer than the TTL while its requests still run.
-- **Tenant usage** (`charge_tenant`) is buffered and added to a Redis hash at each `sync`
-  (one MULTI: HINCRBYFLOAT per tenant, then HGETALL), so fairness sees every replica's
-  service without a round trip per request.
+- **Tenant usage** (`charge_tenant`: tokens per class and tenant) is buffered and, at each
+  `sync`, added to the hash of the current window of Redis' clock (`tenant_window_s`), in
+  one script that also reads the totals of the tenants this gateway's fairness tracks. The
+  increase of a total since this gateway's last read, less its own part, is what the other
+  replicas served (`SyncResult.fleet_service`, for VTC): no round trip per request, and
+  no replica ever sums every tenant. Bounded: a window's hash holds at most `max_tenants`
+  tenants per class (the rest are charged to `~overflow`) and expires two windows after
+  its last write; a tenant's first read is only a baseline, and a window boundary is
+  bridged by reading the previous window too.
 - **Aggregates** (`sync`): each gateway publishes its queue depth and arrival rate under a
   key with a TTL; the sum over live gateways is what an autoscaler scales on.
 """
@@ -33,7 +39,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
@@ -45,6 +51,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from burstguard.errors import UserError
 from burstguard.gateway.fleet.config import RedisConfig
+from burstguard.gateway.queue import OVERFLOW_TENANT
 
 log = logging.getLogger("burstguard.gateway.fleet")
 
@@ -109,6 +116,41 @@ end
 return {n, tostring(depth), tostring(rate)}
 """
 
+# ARGV key prefix, window ms, max tenants per hash, overflow tenant; then per class: class,
+# n, n x (tenant, tokens), m, m x tenant -> {window, per read tenant: total now, total in
+# the previous window} (numbers as strings: Lua would truncate)
+_TENANTS = (
+    _NOW_MS
+    + """
+local span = tonumber(ARGV[2])
+local w = math.floor(now / span)
+local most = tonumber(ARGV[3])
+local out = {tostring(w)}
+local pos = 5
+while pos <= #ARGV do
+  local cur = ARGV[1] .. ARGV[pos] .. ':' .. w
+  local prev = ARGV[1] .. ARGV[pos] .. ':' .. (w - 1)
+  local n = tonumber(ARGV[pos + 1])
+  pos = pos + 2
+  for i = 1, n do
+    local f = ARGV[pos]
+    if redis.call('HLEN', cur) >= most and redis.call('HEXISTS', cur, f) == 0 then f = ARGV[4] end
+    redis.call('HINCRBYFLOAT', cur, f, ARGV[pos + 1])
+    pos = pos + 2
+  end
+  if n > 0 then redis.call('PEXPIRE', cur, 2 * span) end
+  local m = tonumber(ARGV[pos])
+  pos = pos + 1
+  for i = 1, m do
+    out[#out + 1] = redis.call('HGET', cur, ARGV[pos]) or '0'
+    out[#out + 1] = redis.call('HGET', prev, ARGV[pos]) or '0'
+    pos = pos + 1
+  end
+end
+return out
+"""
+)
+
 _UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
@@ -132,13 +174,14 @@ class FleetAggregate:
 
 @dataclass(frozen=True, slots=True)
 class SyncResult:
-    """One `sync`: shared lease counts per backend, fleet aggregates, tenant totals; the
-    last two are None while degraded."""
+    """One `sync`: shared lease counts per backend, fleet aggregates (None while degraded),
+    and what the other replicas served the tenants asked about since the last sync (tokens
+    per class and tenant; only those served more than nothing)."""
 
     degraded: bool
     leases: dict[str, int] = field(default_factory=dict)
     aggregate: FleetAggregate | None = None
-    tenant_usage: dict[str, float] | None = None
+    fleet_service: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 class SharedState:
@@ -166,13 +209,16 @@ class SharedState:
         self._acquire = self._redis.register_script(_ACQUIRE)
         self._renew = self._redis.register_script(_RENEW)
         self._publish = self._redis.register_script(_PUBLISH)
+        self._tenants = self._redis.register_script(_TENANTS)
         p = cfg.key_prefix
         self._gateways_key = f"{p}:gateways"
         self._gateway_prefix = f"{p}:gateway:"
-        self._tenants_key = f"{p}:tenant_usage"
+        self._tenants_prefix = f"{p}:tenant_usage:"
         self._leases: dict[str, set[str]] = {}  # backend -> live lease ids (this gateway)
         self._released_offline: dict[str, set[str]] = {}
-        self._tenant_delta: dict[str, float] = {}
+        self._tenant_delta: dict[tuple[str, str], float] = {}  # (class, tenant) -> tokens
+        self._seen: dict[tuple[str, str], float] = {}  # its window's total at the last read
+        self._window: int | None = None  # the window of the last read
         self.degraded = False
         self._retry_at = 0.0
         self.errors = 0
@@ -295,17 +341,27 @@ class SharedState:
 
     # -- tenants and aggregates ---------------------------------------------------------
 
-    def charge_tenant(self, tenant: str, tokens: float) -> None:
-        """Adds service to a tenant's shared counter at the next `sync`."""
-        self._tenant_delta[tenant] = self._tenant_delta.get(tenant, 0.0) + tokens
+    def charge_tenant(self, cls: str, tenant: str, tokens: float) -> None:
+        """Adds service to a tenant's shared counter at the next `sync` (past `max_tenants`
+        buffered, to `~overflow`)."""
+        key = (cls, tenant)
+        if key not in self._tenant_delta and len(self._tenant_delta) >= self.cfg.max_tenants:
+            key = (cls, OVERFLOW_TENANT)
+        self._tenant_delta[key] = self._tenant_delta.get(key, 0.0) + tokens
 
     async def sync(
-        self, queue_depth: float, arrival_rate: float, backends: tuple[str, ...] = ()
+        self,
+        queue_depth: float,
+        arrival_rate: float,
+        backends: tuple[str, ...] = (),
+        tenants: Mapping[str, Sequence[str]] | None = None,
     ) -> SyncResult:
         """Renews leases, publishes this gateway's queue depth and arrival rate, flushes
-        tenant usage; returns the shared view. Degraded: tries to rejoin first."""
+        tenant usage and reads what the others served `tenants` (per class); returns the
+        shared view. Degraded: tries to rejoin first."""
         if self.degraded and not await self._try_rejoin():
             return SyncResult(degraded=True, leases={b: self.held(b) for b in backends})
+        tenants = tenants or {}
         delta, self._tenant_delta = self._tenant_delta, {}
         try:
             leases = await self._renew_all(backends)
@@ -314,23 +370,67 @@ class SharedState:
                 keys=[self._gateways_key, self._gateway_prefix + self.gateway_id],
                 args=[self.gateway_id, queue_depth, arrival_rate, ttl_ms, self._gateway_prefix],
             )
-            async with self._redis.pipeline(transaction=True) as pipe:
-                for tenant, tokens in delta.items():
-                    pipe.hincrbyfloat(self._tenants_key, tenant, tokens)
-                pipe.hgetall(self._tenants_key)
-                replies = await pipe.execute()
+            totals = await self._flush_tenants(delta, tenants) if delta or tenants else None
         except _UNREACHABLE as exc:
-            for tenant, tokens in delta.items():  # not counted: kept for the next sync
-                self.charge_tenant(tenant, tokens)
+            for (cls, tenant), tokens in delta.items():  # not counted: kept for the next sync
+                self.charge_tenant(cls, tenant, tokens)
             self._degrade(exc)
             return SyncResult(degraded=True, leases={b: self.held(b) for b in backends})
-        usage = {k: float(v) for k, v in replies[-1].items()}
+        served = self._served(totals, delta, tenants) if totals is not None else {}
         return SyncResult(
             degraded=False,
             leases=leases,
             aggregate=FleetAggregate(int(n), float(depth), float(rate)),
-            tenant_usage=usage,
+            fleet_service=served,
         )
+
+    async def _flush_tenants(
+        self, delta: dict[tuple[str, str], float], tenants: Mapping[str, Sequence[str]]
+    ) -> list[str]:
+        """One script: `delta` into the current window, then the totals of `tenants`."""
+        by_class: dict[str, list[str | float]] = {}
+        for (cls, tenant), tokens in delta.items():
+            by_class.setdefault(cls, []).extend((tenant, tokens))
+        args: list[str | float | int] = [
+            self._tenants_prefix,
+            int(self.cfg.tenant_window_s * 1000),
+            self.cfg.max_tenants,
+            OVERFLOW_TENANT,
+        ]
+        for cls in dict.fromkeys((*by_class, *tenants)):
+            charged = by_class.get(cls, [])
+            read = tenants.get(cls, ())
+            args += [cls, len(charged) // 2, *charged, len(read), *read]
+        return [str(v) for v in await self._tenants(keys=[], args=args)]
+
+    def _served(
+        self,
+        totals: list[str],
+        delta: dict[tuple[str, str], float],
+        tenants: Mapping[str, Sequence[str]],
+    ) -> dict[str, dict[str, float]]:
+        """What the others served each read tenant since this gateway's last read: the rise
+        of its total less this gateway's own flush (across one window boundary: the rest
+        of the previous window plus the new one). A tenant not read last time, or after a
+        gap of more than one window, only sets its baseline."""
+        window, values = int(float(totals[0])), iter(totals[1:])
+        step = None if self._window is None else window - self._window
+        seen: dict[tuple[str, str], float] = {}
+        served: dict[str, dict[str, float]] = {}
+        for cls in dict.fromkeys((*(c for c, _ in delta), *tenants)):
+            for tenant in tenants.get(cls, ()):
+                now_total, prev_total = float(next(values)), float(next(values))
+                key = (cls, tenant)
+                seen[key] = now_total
+                base = self._seen.get(key)
+                own = delta.get(key, 0.0)
+                if base is None or step not in (0, 1):
+                    continue
+                rise = now_total - base if step == 0 else prev_total - base + now_total
+                if rise - own > 1e-6:
+                    served.setdefault(cls, {})[tenant] = rise - own
+        self._seen, self._window = seen, window
+        return served
 
     async def close(self) -> None:
         await self._redis.aclose()
