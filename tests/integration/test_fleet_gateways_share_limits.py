@@ -144,3 +144,50 @@ async def test_three_gateways_share_two_engines_caps(
         f"{after_peaks}, Redis dead {degraded_peaks}; the dead gateway's {held} leases "
         f"expired {expired_after:.2f} s after its death"
     )
+
+
+async def test_a_slot_given_back_is_free_for_the_next_request_at_once(
+    redis_server: RedisServer,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A gateway with a cap of 1 on its one engine, the same 30 queued short requests with
+    and without Redis leases: with them, each request's lease is given back before the
+    core releases the next into its slot, so the next one is not refused (and held back
+    for a dispatch tick, 50 ms) by a lease still in Redis. Measured with the give-back
+    after the core's release: 30 requests took 2.58 s with leases against 0.07 s without;
+    now 0.07 s with them."""
+    engine = start_emulator(tmp_path, "--max-num-seqs", "4", speedup=8.0)
+    engine.start()
+    url = engine.base_url  # type: ignore[attr-defined]
+    base = {
+        "engine_speedup": 8.0,
+        "classes": [{"name": "standard", "rank": 0, "queue_deadline_s": 120.0}],
+        "admission": {
+            "max_in_flight": 1,
+            "min_in_flight": 1,
+            "max_in_flight_per_backend": 1,
+            "adapt": False,
+        },  # fmt: skip
+    }
+    shared = {**base, "fleet": {"redis": {"url": redis_server.url, "replicas": 1}}}
+    took: dict[str, float] = {}
+    body = {**BODY, "max_tokens": 2}
+    try:
+        for label, config in (("local", base), ("redis", shared)):
+            with start_fleet_gateway(tmp_path, [url], config) as gw:
+                async with aiohttp.ClientSession() as session:
+
+                    async def one(s: aiohttp.ClientSession = session, g: str = gw.base_url) -> int:  # type: ignore[attr-defined]
+                        async with s.post(f"{g}/v1/completions", json=body) as r:
+                            await r.read()
+                            return r.status
+
+                    await one()  # warm: connections, the tokenizer
+                    start = time.monotonic()
+                    statuses = await asyncio.gather(*(one() for _ in range(30)))
+                    took[label] = time.monotonic() - start
+            assert statuses == [200] * 30, (label, statuses)
+    finally:
+        engine.stop()
+    print(f"30 requests through a 1-slot gateway: {took}")
+    assert took["redis"] < 1.5 * took["local"] + 0.3, took

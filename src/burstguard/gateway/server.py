@@ -145,6 +145,7 @@ class _Exchange:
     preempted: bool = False  # the core preempted it: its call is closed, it waits again
     preemptions: int = 0
     backends: list[str] = field(default_factory=list)  # where it was sent, in order
+    lease: str | None = None  # the backend whose shared (Redis) slot it holds
     resumed_on_failover: int = 0  # its stream went on elsewhere after its backend failed
     failure: tuple[int, dict[str, Any]] | None = None  # the last backend failure's answer
 
@@ -302,9 +303,18 @@ class Gateway:
         return self._clock() * self._speedup
 
     def event(self, event: Event) -> None:
-        """Hands `event` to the core and carries out every effect it returns."""
+        """Hands `event` to the core and carries out every effect it returns. A request
+        leaving its backend gives its shared slot back first, so a request the core
+        releases into that slot in the same answer finds it free."""
+        if isinstance(event, (Finish, Fail, Cancel, BackendFailed)):
+            self._drop_lease(self._running.get(event.request_id))
         for effect in self.core.handle(event, self._now()):
             self._carry_out(effect)
+
+    def _drop_lease(self, ex: _Exchange | None) -> None:
+        if ex is not None and ex.lease is not None and self.shared is not None:
+            self.shared.release_soon(ex.lease, ex.rid)
+            ex.lease = None
 
     def _carry_out(self, effect: Effect) -> None:
         if isinstance(effect, Forget):  # a drained backend left the fleet
@@ -318,6 +328,7 @@ class Gateway:
         if isinstance(effect, Preempt):
             ex = self._running.get(rid)
             if ex is not None:
+                self._drop_lease(ex)
                 ex.preempted = True
                 ex.preemptions += 1
                 self.metrics.preemptions.labels(ex.cls).inc()
@@ -509,9 +520,11 @@ class Gateway:
             fut = self._expect(ex.rid)
             self._running[ex.rid] = ex
             ex.preempted = False
-            if self.shared is not None and not await self._lease(backend, ex.rid):
-                self.event(LeaseRefused(ex.rid))  # others hold its cap: queued again
-                continue
+            if self.shared is not None:
+                if not await self._lease(backend, ex.rid):
+                    self.event(LeaseRefused(ex.rid))  # others hold its cap: queued again
+                    continue
+                ex.lease = backend
             body = upstream_body(data, ex.stream, effect.priority)
             if effect.resumed and ex.ttft_s is not None:  # continue the stream its client has
                 relay.resume()
@@ -525,8 +538,7 @@ class Gateway:
             try:
                 await self._call(req, resp, ex, json_bytes(body), relay, released, backend)
             finally:
-                if self.shared is not None:
-                    self._spawn(self.shared.release(backend, ex.rid))
+                self._drop_lease(ex)
             if ex.outcome is not None:
                 self._waiting.pop(ex.rid, None)
                 return
@@ -537,7 +549,7 @@ class Gateway:
         try:
             return await self.shared.acquire(backend, rid, self.core.backend_cap(backend))
         except asyncio.CancelledError:
-            self._spawn(self.shared.release(backend, rid))
+            self.shared.release_soon(backend, rid)
             raise
 
     def _expect(self, rid: str) -> asyncio.Future[Effect]:

@@ -34,6 +34,7 @@ in every ordering decision); what must hold across replicas is the *caps*:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -215,6 +216,7 @@ class SharedState:
         self._gateway_prefix = f"{p}:gateway:"
         self._tenants_prefix = f"{p}:tenant_usage:"
         self._leases: dict[str, set[str]] = {}  # backend -> live lease ids (this gateway)
+        self._releasing: dict[str, set[asyncio.Task[None]]] = {}  # backend -> releases under way
         self._released_offline: dict[str, set[str]] = {}
         self._tenant_delta: dict[tuple[str, str], float] = {}  # (class, tenant) -> tokens
         self._seen: dict[tuple[str, str], float] = {}  # its window's total at the last read
@@ -295,7 +297,12 @@ class SharedState:
 
     async def acquire(self, backend: str, request_id: str, cap: int) -> bool:
         """Takes a slot on `backend` for a request; False when `cap` are already held
-        (by all gateways; degraded: by this one, against its local cap)."""
+        (by all gateways; degraded: by this one, against its local cap). Waits first for
+        this gateway's releases on `backend` under way, so a slot it just gave back is
+        free by the time it asks."""
+        pending = self._releasing.get(backend)
+        if pending:
+            await asyncio.wait(set(pending))
         lease = self._lease_id(request_id)
         mine = self._leases.setdefault(backend, set())
         if self.degraded and not await self._try_rejoin():
@@ -315,6 +322,20 @@ class SharedState:
             return False
         mine.add(lease)
         return True
+
+    def release_soon(self, backend: str, request_id: str) -> None:
+        """Starts `release` now (without waiting for it); a later `acquire` on the same
+        backend waits for it."""
+        task = asyncio.get_running_loop().create_task(self.release(backend, request_id))
+        pending = self._releasing.setdefault(backend, set())
+        pending.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            pending.discard(t)
+            if not pending and self._releasing.get(backend) is pending:
+                del self._releasing[backend]
+
+        task.add_done_callback(done)
 
     async def release(self, backend: str, request_id: str) -> None:
         """Gives the slot back (never raises: an unreachable Redis lets the TTL do it)."""
