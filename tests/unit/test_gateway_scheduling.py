@@ -331,3 +331,26 @@ def test_forwarded_priority_is_honoured_as_vllm_does() -> None:
     unforwarded = config(admission={"max_in_flight": 8, "min_in_flight": 1, "adapt": False})
     plain = {r.id: r.ttft_s or 0.0 for r in simulate_gateway(wl, prio, H100, unforwarded).records}
     assert max(plain[f"b{i}"] for i in range(4)) < min(plain[f"i{i}"] for i in range(4))
+
+
+def test_a_preempted_request_is_charged_to_its_tenant_once() -> None:
+    """VTC at a 1-slot gateway: a batch request preempted three times by interactive
+    arrivals and released again each time is the same work: its tenant is charged its
+    predicted cost once (charged per release, it had paid four times)."""
+    gw = GatewayCore(config(
+        classes=[
+            {"name": "interactive", "rank": 0},
+            {"name": "batch", "rank": 1, "preemptible": True, "max_preemptions": 3},
+        ],
+        policy={"fairness": "vtc"},
+        admission={"max_in_flight": 1, "min_in_flight": 1, "adapt": False},
+    ))  # fmt: skip
+    batch = GatewayRequest("a0", 0.0, 100, 100, "batch", "a")
+    assert kinds(gw.handle(Arrive(batch), 0.0)) == [("Release", "a0")]
+    cost = gw.tenant_service("batch", "a")
+    assert cost is not None and cost > 0
+    for k in range(3):
+        out = gw.handle(Arrive(req(f"i{k}", "interactive", 1.0 + k)), 1.0 + k)
+        assert kinds(out) == [("Preempt", "a0"), ("Release", f"i{k}")]
+        assert kinds(gw.handle(Finish(f"i{k}", 100), 1.5 + k)) == [("Release", "a0")]
+    assert gw.tenant_service("batch", "a") == cost

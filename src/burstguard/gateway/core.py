@@ -326,7 +326,8 @@ class GatewayCore:
         self._off_backend(e)
         self.fleet.unroute(request_id)
         self._requeue(e)
-        self._picker.fairness(e.cls.name).charge(e.tenant, -e.cost)  # it was never sent
+        self._picker.fairness(e.cls.name).charge(e.tenant, -e.charged)  # it was never sent
+        e.charged = 0
         self._held[url] = now + TICK_S * self.config.engine_speedup
 
     def _requeue(self, e: Entry) -> None:
@@ -556,7 +557,10 @@ class GatewayCore:
         if e.cls.preemptible:
             self._preemptible[e.req.id] = e
         e.released_at = now
-        self._picker.fairness(e.cls.name).dispatched(e.tenant, e.cost)
+        # charged once: a preempted or requeued request released again is the same work
+        charge = 0 if e.charged else e.cost
+        e.charged += charge
+        self._picker.fairness(e.cls.name).dispatched(e.tenant, charge)
         priority = e.cls.rank if self._forward_priority else None
         resumed = e.preemptions > 0 or e.req.id in self._resume_after_failure
         self._resume_after_failure.discard(e.req.id)
@@ -732,6 +736,10 @@ class GatewayCore:
             fairness_tenants={c: len(ts) for c, ts in self._picker.tracked().items()},
             tenant_overflow={c.name: self._overflowed[c.name] for c in self.config.classes},
         )
+
+    def tenant_service(self, cls: str, tenant: str) -> float | None:
+        """The service fairness charges `tenant` with in class `cls` (None: untracked)."""
+        return self._picker.fairness(cls).service(tenant)
 
     def fairness_tenants(self) -> dict[str, list[str]]:
         """Per class, the tenants whose service fairness tracks (bounded: see

@@ -87,6 +87,10 @@ class Fairness(Protocol):
         """The tenants it keeps state for (bounded), whose fleet service it wants."""
         ...
 
+    def service(self, tenant: str) -> float | None:
+        """The service `tenant` is charged with, as it orders by (None: not tracked)."""
+        ...
+
 
 class NoFairness:
     """One order across tenants: the best key among the tenants' heads."""
@@ -108,6 +112,9 @@ class NoFairness:
 
     def tracked(self) -> list[str]:
         return []
+
+    def service(self, tenant: str) -> float | None:
+        return None
 
 
 class VirtualTokenCounter:
@@ -185,6 +192,9 @@ class VirtualTokenCounter:
     def tracked(self) -> list[str]:
         return [*self._counter, *self._idle]
 
+    def service(self, tenant: str) -> float | None:
+        return self._counter.get(tenant, self._idle.get(tenant))
+
 
 class DeficitRoundRobin:
     """Round robin over backlogged tenants; each turn adds a token quantum to the deficit."""
@@ -236,6 +246,10 @@ class DeficitRoundRobin:
 
     def tracked(self) -> list[str]:
         return []
+
+    def service(self, tenant: str) -> float | None:
+        """Its deficit orders it, not its service."""
+        return None
 
 
 def make_fairness(policy: PolicyConfig, max_idle: int) -> Fairness:

@@ -50,6 +50,7 @@ class Entry:
     released_at: float | None = None  # last release to the backend
     first_token_at: float | None = None  # the client's first token (once, across resumes)
     preemptions: int = 0  # > 0: its client holds a started answer; never shed from the queue
+    charged: int = 0  # predicted tokens charged to its tenant's fairness (once, at a release)
 
     @property
     def cost(self) -> int:
