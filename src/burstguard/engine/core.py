@@ -208,18 +208,23 @@ class EngineCore:
         if not sched.steady_decodes():
             return []
         running = sched.running
-        left = sorted((r.max_tokens - r.num_output_tokens, r.num_computed_tokens) for r in running)
-        limit = left[0][0] if sched.waiting or to_first_finish else left[-1][0]
+        leaving: list[tuple[int, int]] = []  # (steps left, context) of requests that leave
+        if sched.waiting or to_first_finish:  # none leaves before the last step
+            limit = min(r.max_tokens - r.num_output_tokens for r in running)
+        else:
+            leaving = sorted((r.max_tokens - r.num_output_tokens, r.num_computed_tokens)
+                             for r in running)  # fmt: skip
+            limit = leaving[-1][0]
         if max_steps is not None:
             limit = min(limit, max_steps)
         limit = min(limit, self._steps_with_free_blocks(limit))
         step_time = self.profile.perf.step_time
-        seqs, context = len(running), sum(c for _, c in left)
+        seqs, context = len(running), sum(r.num_computed_tokens for r in running)
         ends: list[float] = []
         t, gone, j = now, 0, 0
         while j < limit and (j == 0 or t < until):
-            while left[gone][0] <= j:  # finished at the previous step: out of the batch
-                context -= left[gone][1] + j
+            while leaving and leaving[gone][0] <= j:  # finished at the last step: it left
+                context -= leaving[gone][1] + j
                 seqs -= 1
                 gone += 1
             t += step_time(BatchShape(0, seqs, context, context + seqs))
