@@ -158,7 +158,7 @@ class ReplicaSet:
     @property
     def idle(self) -> bool:
         return all(
-            not r.engine.step_in_flight and not r.engine.has_unfinished  # (a run has some)
+            not r.engine.step_in_flight and not r.engine.has_unfinished  # (so has a planned run)
             for r in self._replicas.values()
         )
 
@@ -207,19 +207,20 @@ class ReplicaSet:
 
     def _settle(self, replica_id: str, r: _Replica, now: float) -> None:
         """Cuts a planned run short at `now`: its steps that ended by then are applied,
-        the one under way is begun as an ordinary step (same shape, same end)."""
-        ends = r.run
-        if ends is None:
-            return
-        r.run = None
-        done = bisect_right(ends, now)
-        if done:
-            self._apply_run(replica_id, r, ends[:done])
-        if done == len(ends):  # its end is due at this very instant: the next step begins
-            end = r.engine.begin_step(now)
-            if end is None:
-                return
-        else:
-            end = r.engine.begin_step(ends[done - 1] if done else r.run_start)
-            assert end == ends[done], "a settled step must end where the plan said"
-        self._heap.at(end, STEP, lambda t: self._step_end(replica_id, t))
+        the one under way is begun as an ordinary step (same shape, same end). Nothing is
+        planned afterwards, so the caller may change the engine."""
+        while (ends := r.run) is not None:
+            r.run = None
+            done = bisect_right(ends, now)
+            if done:  # a finish among them reaches the gateway, which may start the next
+                self._apply_run(replica_id, r, ends[:done])
+            if r.run is not None or r.engine.step_in_flight:
+                continue  # a run planned meanwhile is settled in turn (at its start)
+            if done == len(ends):  # it ended at this very instant: the next step begins
+                end = r.engine.begin_step(now)
+                if end is None:
+                    return
+            else:
+                end = r.engine.begin_step(ends[done - 1] if done else r.run_start)
+                assert end == ends[done], "a settled step must end where the plan said"
+            self._heap.at(end, STEP, lambda t: self._step_end(replica_id, t))
