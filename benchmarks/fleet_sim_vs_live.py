@@ -33,7 +33,7 @@ CLI = [sys.executable, "-m", "burstguard.cli"]
 SEQS = "4"
 
 
-def ready_at(books: dict, grid: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+def ready_at(books: dict, grid: np.ndarray) -> np.ndarray:
     """The ready count at each grid time (the series holds from each time on)."""
     t, ready = np.asarray(books["replicas"]["t"]), np.asarray(books["replicas"]["ready"])
     return ready[np.maximum(np.searchsorted(t, grid, side="right") - 1, 0)]
@@ -45,7 +45,7 @@ def generate(out: Path, *args: str) -> None:
                    check=True, stdout=subprocess.DEVNULL)  # fmt: skip
 
 
-def hop_latency(work: Path, gateway_config: dict, speedup: float) -> tuple[float, float, float]:  # type: ignore[type-arg]
+def hop_latency(work: Path, gateway_config: dict, speedup: float) -> tuple[float, float, float]:
     """(live TTFT p50, sim TTFT p50, their difference): lone requests through a gateway
     and one emulator (the local fleet's replica), and in the simulator."""
     probe = work / "probe"
