@@ -2,7 +2,8 @@
 issue 22: 100k requests over 8 replicas behind the gateway < 60 s on one core).
 
 The default fast-forwards runs of pure decode steps (same results, see
-tests/unit/test_sim_engine.py); the Azure trace also runs one step at a time, for the ratio.
+tests/unit/test_sim_engine.py and tests/unit/test_sim_fleet_fast_forward.py); the Azure
+trace and the fleet also run one step at a time, for the ratio.
 
 Run: .venv/bin/python benchmarks/bench_sim.py
 """
@@ -35,7 +36,7 @@ def run(name: str, workload, config: EngineConfig, fast_forward: bool = True) ->
     )
 
 
-def run_fleet(name: str, workload, scaling: str | None) -> None:  # type: ignore[no-untyped-def]
+def run_fleet(name: str, workload, scaling: str | None, fast_forward: bool = True) -> None:  # type: ignore[no-untyped-def]
     """The gateway core in front of 8 replicas (or an autoscaler with at most 8)."""
     from burstguard.autoscale import load_policy
     from burstguard.sim.cli import fleet_gateway
@@ -44,7 +45,8 @@ def run_fleet(name: str, workload, scaling: str | None) -> None:  # type: ignore
     policy = None if scaling is None else load_policy(scaling).with_overrides(max_replicas=8)
     profile = Profile.load("llama3-8b-h100")
     t0, c0 = time.perf_counter(), time.process_time()
-    res = simulate_gateway(workload, EngineConfig(), profile, fleet_gateway(8), 8, scaling=policy)
+    res = simulate_gateway(workload, EngineConfig(), profile, fleet_gateway(8), 8, scaling=policy,
+                           fast_forward=fast_forward)  # fmt: skip
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     cost = f", {res.scaling['replica_seconds']:,.0f} replica-s" if res.scaling else ""
     print(
@@ -68,6 +70,7 @@ def main() -> None:
         prompt_tokens="lognormal:mean=512,sigma=0.8", output_tokens="lognormal:mean=128,sigma=0.8",
     )  # fmt: skip
     workload = synthesize(fleet)
+    run_fleet("100k over 8 replicas, one step at a time", workload, None, fast_forward=False)
     run_fleet("100k over 8 replicas behind the gateway (gamma CV 2, 160 req/s)", workload, None)
     run_fleet("the same, kpa scaling 8 replicas at most", workload, "kpa")
 

@@ -3,6 +3,12 @@ and the same policy, once through `burstguard fleet` (real emulator processes be
 real gateway, simulated cold starts) and once in `burstguard sim --autoscaler`; compares
 the ready-replica count over time and TTFT p50 / p95 (engine seconds throughout).
 
+Before the comparison, an idle probe calibrates the one thing the simulator does not
+model by itself, the serving path's own per-request latency (HTTP hops client -> gateway
+-> emulator and back, Python servers): one request every 2 engine-seconds through a
+gateway and one emulator, the same requests in the simulator; the TTFT p50 difference is
+passed to the comparison's sim as `--hop-latency-s` (never fitted to the comparison).
+
 Run: .venv/bin/python benchmarks/fleet_sim_vs_live.py [--duration 300] [--speedup 4]
 """
 
@@ -27,10 +33,48 @@ CLI = [sys.executable, "-m", "burstguard.cli"]
 SEQS = "4"
 
 
-def ready_at(books: dict, grid: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+def ready_at(books: dict, grid: np.ndarray) -> np.ndarray:
     """The ready count at each grid time (the series holds from each time on)."""
     t, ready = np.asarray(books["replicas"]["t"]), np.asarray(books["replicas"]["ready"])
     return ready[np.maximum(np.searchsorted(t, grid, side="right") - 1, 0)]
+
+
+def generate(out: Path, *args: str) -> None:
+    subprocess.run([*CLI, "generate", *args, "--prompt-tokens", "256", "--output-tokens", "64",
+                    "--seed", "7", "--out", str(out)],
+                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+
+
+def hop_latency(work: Path, gateway_config: dict, speedup: float) -> tuple[float, float, float]:
+    """(live TTFT p50, sim TTFT p50, their difference): lone requests through a gateway
+    and one emulator (the local fleet's replica), and in the simulator."""
+    probe = work / "probe"
+    probe.mkdir()
+    trace = probe / "idle.jsonl"
+    generate(trace, "constant", "--rate", "0.5", "--duration", "60")
+    config = probe / "gateway.yaml"
+    config.write_text(yaml.safe_dump(gateway_config))
+    em_port, gw_port = free_port(), free_port()
+    em_url, gw_url = f"http://127.0.0.1:{em_port}", f"http://127.0.0.1:{gw_port}"
+    emulator = ManagedProcess(
+        [*CLI, "emulate", "--profile", "llama3-8b-h100", "--host", "127.0.0.1", "--port",
+         str(em_port), "--speedup", str(speedup), "--max-num-seqs", SEQS],
+        f"{em_url}/health", log_path=probe / "emulator.log",
+    )  # fmt: skip
+    gateway = ManagedProcess(
+        [*CLI, "gateway", "--config", str(config), "--port", str(gw_port), "--backend", em_url],
+        f"{gw_url}/health", log_path=probe / "gateway.log",
+    )  # fmt: skip
+    with emulator, gateway:
+        subprocess.run([*CLI, "bench", "--target", gw_url, "--workload", str(trace),
+                        "--speedup", str(speedup), "--out", str(probe / "live"), "--quiet"],
+                       check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run([*CLI, "sim", "--trace", str(trace), "--gateway", str(config),
+                    "--max-num-seqs", SEQS, "--json", str(probe / "sim.json")],
+                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    live = json.loads((probe / "live" / "summary.json").read_text())["ttft_s"]["p50"]
+    sim = json.loads((probe / "sim.json").read_text())["ttft_s"]["p50"]
+    return live, sim, max(0.0, live - sim)
 
 
 def main() -> None:
@@ -40,18 +84,19 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fleet-sim-vs-live-"))
     trace = work / "burst.jsonl"
-    subprocess.run([*CLI, "generate", "burst", "--rate", "4", "--burst-size", "8-12",
-                    "--duration", str(args.duration), "--prompt-tokens", "256",
-                    "--output-tokens", "64", "--seed", "7", "--out", str(trace)],
-                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    generate(trace, "burst", "--rate", "4", "--burst-size", "8-12",
+             "--duration", str(args.duration))  # fmt: skip
     backends, books_path = work / "backends.txt", work / "fleet.json"
     gw_port = free_port()
     gw_url = f"http://127.0.0.1:{gw_port}"
+    base = {"engine_speedup": args.speedup,
+            "classes": [{"name": "standard", "rank": 0, "queue_deadline_s": 300.0}]}  # fmt: skip
+    probe_live, probe_sim, hop = hop_latency(work, base, args.speedup)
+    print(f"idle probe: TTFT p50 live {probe_live * 1000:.1f} ms, sim {probe_sim * 1000:.1f} ms "
+          f"-> --hop-latency-s {hop:.4f}")  # fmt: skip
     config = work / "gateway.yaml"
     config.write_text(yaml.safe_dump({
-        "engine_speedup": args.speedup,
-        "classes": [{"name": "standard", "rank": 0, "queue_deadline_s": 300.0}],
-        "fleet": {"discovery": {"file": {"path": str(backends), "interval_s": 0.25}}},
+        **base, "fleet": {"discovery": {"file": {"path": str(backends), "interval_s": 0.25}}},
     }))  # fmt: skip
     fleet = subprocess.Popen(
         [*CLI, "fleet", "--policy", str(POLICY), "--gateway", gw_url, "--file", str(backends),
@@ -72,26 +117,30 @@ def main() -> None:
     fleet.terminate()
     fleet.wait(timeout=60)
     live_wall = time.monotonic() - t0
-    subprocess.run([*CLI, "sim", "--trace", str(trace), "--gateway", str(config),
-                    "--autoscaler", str(POLICY), "--max-num-seqs", SEQS,
-                    "--slo", "ttft=2,tpot=0.2", "--json", str(work / "sim.json")],
-                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    sims = {}
+    for name, extra in (("sim", ["--hop-latency-s", str(hop)]), ("sim0", [])):
+        subprocess.run([*CLI, "sim", "--trace", str(trace), "--gateway", str(config),
+                        "--autoscaler", str(POLICY), "--max-num-seqs", SEQS, *extra,
+                        "--slo", "ttft=2,tpot=0.2", "--json", str(work / f"{name}.json")],
+                       check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        sims[name] = json.loads((work / f"{name}.json").read_text())
     live = json.loads((work / "live" / "summary.json").read_text())
     live_books = json.loads(books_path.read_text())
-    sim = json.loads((work / "sim.json").read_text())
+    sim, sim0 = sims["sim"], sims["sim0"]
     grid = np.arange(0.0, args.duration, 1.0)
     live_ready, sim_ready = ready_at(live_books, grid), ready_at(sim, grid)
     rows = [
-        ("mean ready replicas", live_ready.mean(), sim_ready.mean()),
-        ("max ready replicas", live_ready.max(), sim_ready.max()),
-        ("TTFT p50 (s)", live["ttft_s"]["p50"], sim["ttft_s"]["p50"]),
-        ("TTFT p95 (s)", live["ttft_s"]["p95"], sim["ttft_s"]["p95"]),
-        ("SLO attainment", live["slo_attainment"], sim["slo_attainment"]),
+        ("mean ready replicas", live_ready.mean(), sim_ready.mean(), None),
+        ("max ready replicas", live_ready.max(), sim_ready.max(), None),
+        ("TTFT p50 (s)", live["ttft_s"]["p50"], sim["ttft_s"]["p50"], sim0["ttft_s"]["p50"]),
+        ("TTFT p95 (s)", live["ttft_s"]["p95"], sim["ttft_s"]["p95"], sim0["ttft_s"]["p95"]),
+        ("SLO attainment", live["slo_attainment"], sim["slo_attainment"], None),
     ]
     print(f"{args.duration:g} s of bursts (engine), {args.speedup:g}x; live took {live_wall:.0f} s")
-    print(f"{'':22} {'live':>8} {'sim':>8} {'sim/live':>9}")
-    for name, a, b in rows:
-        print(f"{name:22} {a:>8.3f} {b:>8.3f} {b / a if a else float('nan'):>9.2f}")
+    print(f"{'':22} {'live':>8} {'sim':>8} {'sim/live':>9} {'sim, no hop':>12}")
+    for name, a, b, c in rows:
+        no_hop = "" if c is None else f"{c:>12.3f}"
+        print(f"{name:22} {a:>8.3f} {b:>8.3f} {b / a if a else float('nan'):>9.2f} {no_hop}")
     diff = np.abs(live_ready - sim_ready)
     print(f"ready count equal at {np.mean(diff == 0):.0%} of the seconds, "
           f"off by more than 1 at {np.mean(diff > 1):.0%}; files in {work}")  # fmt: skip

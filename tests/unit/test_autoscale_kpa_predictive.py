@@ -101,6 +101,22 @@ def test_predictive_backlog_waits_for_starting_replicas() -> None:
     assert tick(380, 1000.0, 0, 6) == 3
 
 
+def test_predictive_rates_are_counts_over_the_time_they_came_in() -> None:
+    """A live tick comes late (its timer, its scrape): a steady 3 req/s must still read
+    3/s in every bin, not the late tick's longer count over one bin (up to 2x here, which
+    the burst quantile would keep as an extra replica)."""
+    params = _predictive(rate_per_replica=3.0, bin_s=2.0, trend_window_s=60,
+                         burst_window_s=60, burst_quantile=1.0, scale_down_window_s=0)  # fmt: skip
+    auto = PredictiveAutoscaler(params, initial_replicas=1, lead_time_s=10.0)
+    late = [0.0, 1.5, 0.1, 1.9, 0.4, 1.2, 0.0, 0.8]
+    for k in range(40):
+        now = auto.next_tick_at() + late[k % len(late)]
+        auto.tick(now, {"burstguard_arrivals_total": 3.0 * now}, FleetCounts(0, 1, 0))
+    assert auto.forecast.burst == pytest.approx(3.0)
+    assert auto.forecast.rate == pytest.approx(3.0)
+    assert auto.desired == 1
+
+
 # -- the fleet --------------------------------------------------------------------------------
 
 

@@ -174,3 +174,26 @@ def test_cli_reports_a_bad_gateway_config(tmp_path: Path, text: str | None, mess
     assert proc.returncode != 0
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_hop_latency_adds_to_what_every_client_saw_and_nothing_else() -> None:
+    """`--hop-latency-s`: the serving path's own latency outside the engine moves every
+    TTFT and E2E by exactly that much; token gaps and outcomes stay as simulated."""
+    from burstguard.sim.loop import add_hop_latency
+
+    workload = burst_workload(burst=100)
+    config = GatewayConfig.load(EXAMPLE)
+    base = simulate_gateway(workload, ENGINE, H100, config).records
+    moved = simulate_gateway(workload, ENGINE, H100, config).records
+    add_hop_latency(moved, 0.01)
+    assert any(r.status == 429 for r in base) and any(r.ok for r in base)
+    for a, b in zip(base, moved, strict=True):
+        assert (a.status, a.itl_s) == (b.status, b.itl_s)
+        if a.ttft_s is not None:
+            assert b.ttft_s == pytest.approx(a.ttft_s + 0.01)
+        if a.e2e_s is not None:
+            assert b.e2e_s == pytest.approx(a.e2e_s + 0.01)
+    proc = run("sim", "--concurrency", "2", "--duration", "5", "--hop-latency-s", "0.01")
+    assert proc.returncode == 2 and "open-loop" in proc.stderr + proc.stdout
+    proc = run("sim", "--pattern", "poisson", "--duration", "5", "--hop-latency-s", "-1")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr

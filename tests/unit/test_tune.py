@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 from tests.conftest import BURSTGUARD
 
+from burstguard.autoscale import load_policy
 from burstguard.bench.records import RequestRecord
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.profile import Profile
 from burstguard.tune.objective import ClassSlos, EngineObjective, ScalingObjective, Trial
 from burstguard.tune.search import Runner, best, coordinate_descent, grid_search, pareto_front
-from burstguard.tune.space import ENGINE_KNOBS, grid, parse_axes
+from burstguard.tune.space import ENGINE_KNOBS, grid, parse_axes, scaling_knobs
 from burstguard.workload.spec import RequestSpec, Workload
 from burstguard.workload.traces import load_workload
 from burstguard.workload.transform import slice_window
@@ -109,7 +110,8 @@ def test_tune_cli_prints_frontier_winner_and_second_seed(tmp_path: Path) -> None
         (["--search", "random"], "--search must be"),
         (["--class-slo", "interactive"], "CLASS:ttft"),
         (["--max-replicas", "3"], "need --autoscaler"),
-        (["--autoscaler", "kpa", "--axis", "max-num-seqs=4"], "KNOB=V1,V2"),
+        (["--autoscaler", "kpa", "--axis", "max-num-seq=4"], "KNOB=V1,V2"),
+        (["--joint"], "need --autoscaler"),
         (["--axis", "chunked-prefill=off", "--axis", "max-num-batched-tokens=64",
           "--axis", "max-num-seqs=8"], "no valid combination"),
     ],
@@ -156,3 +158,49 @@ def test_scaling_knobs_set_the_policys_own_fields(
 
 def _tiny() -> Workload:
     return Workload.from_specs([RequestSpec("r0", 0.0, 10, 4)])
+
+
+def test_a_joint_candidate_sets_the_engine_flags_of_every_replica() -> None:
+    """Engine knobs in a scaling candidate reach the fleet's replicas: one slot per
+    replica (max-num-seqs 1) serves a load that 64 slots serve within the SLO far worse,
+    on the same policy; vLLM's refusals are refused here too."""
+    wl = Workload.from_specs([RequestSpec(f"r{k}", k / 20, 256, 64) for k in range(400)])
+    slos = ClassSlos.parse("ttft=0.5,tpot=0.05")
+    obj = ScalingObjective(wl, EngineConfig(), Profile.load("llama3-8b-h100"), slos, "kpa",
+                           max_replicas=1)  # fmt: skip
+    policy = (("threshold", 64.0), ("min-replicas", 1))
+    one, many = (obj((("max-num-seqs", n), *policy)) for n in (1, 64))
+    assert many.attainment > 0.9 > 0.5 > one.attainment
+    assert obj.scaling((("max-num-seqs", 1), *policy)) == obj.scaling(policy)
+    assert not obj.valid((("chunked-prefill", False), ("max-num-batched-tokens", 64), *policy))
+
+
+def test_tune_searches_engine_flags_and_policy_jointly(tmp_path: Path) -> None:
+    out = tmp_path / "tune.json"
+    proc = subprocess.run(
+        [*BURSTGUARD, "tune", "--pattern", "poisson", "--rate", "20", "--duration", "20",
+         "--prompt-tokens", "256", "--output-tokens", "64", "--autoscaler", "kpa",
+         "--max-replicas", "2", "--cold-start-s", "5", "--axis", "max-num-seqs=1,64",
+         "--axis", "threshold=8,64", "--axis", "window=60", "--axis", "min-replicas=1",
+         "--axis", "cooldown=0", "--workers", "2", "--search", "grid", "--json", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    tried = {(t["config"]["max-num-seqs"], t["config"]["threshold"]) for t in data["trials"]}
+    assert tried == {(1, 8.0), (1, 64.0), (64, 8.0), (64, 64.0)}
+    assert data["winner"]["config"]["max-num-seqs"] == 64
+    assert "vllm serve ... --max-num-seqs 64" in proc.stdout and "kind: kpa" in proc.stdout
+    assert "second seed:" in proc.stdout
+
+
+def test_joint_adds_every_engine_knob_to_the_policy_knobs() -> None:
+    """With --autoscaler the engine knobs are optional (searched when named); --joint
+    searches them all at their default values."""
+    policy_knobs = scaling_knobs(load_policy("kpa").model_dump(mode="json"))
+    knobs = {**policy_knobs, **ENGINE_KNOBS}
+    policy_only = set(parse_axes([], knobs, optional=ENGINE_KNOBS))
+    assert policy_only == set(parse_axes([], policy_knobs))
+    named = parse_axes(["max-num-seqs=8,16"], knobs, optional=ENGINE_KNOBS)
+    assert set(named) == policy_only | {"max-num-seqs"} and named["max-num-seqs"] == (8, 16)
+    assert set(parse_axes([], knobs)) == policy_only | set(ENGINE_KNOBS)

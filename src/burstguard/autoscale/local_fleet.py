@@ -3,7 +3,9 @@ processes, published to the gateway through a watched backend file.
 
 What a cluster does around a Deployment, on one machine:
 - the policy (`ScalingController`, the simulator's core) reads the gateway's /metrics
-  (polled as Prometheus would scrape it) and decides;
+  (polled as Prometheus would scrape it) and decides right after each scrape that finds
+  it due (on fresh samples, as the simulator's ticks read exact ones; a controller on its
+  own timer would decide on samples up to a scrape old);
 - a new replica is an emulator process started at once, but it joins the backend file
   (the gateway's `fleet.discovery.file`) only after the modelled cold start has passed
   and its /health answers: image pull, weight load and graph capture, simulated;
@@ -113,12 +115,11 @@ class LocalFleet:
             self._publish()
             self._t0 = time.monotonic()  # the clock starts when the fleet serves
             poller = asyncio.ensure_future(self._poll_gateway())
-            scaler = asyncio.ensure_future(self.scaler.run())
             try:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), duration_s)
             finally:
-                for task in (poller, scaler, *self._tasks.values()):
+                for task in (poller, *self._tasks.values()):
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
@@ -138,6 +139,11 @@ class LocalFleet:
                     samples = parse_metrics(await resp.text(), SIGNAL_NAMES)
                 for name in SIGNAL_NAMES:
                     self._signals[name] = metric_sum(samples, name) or 0.0
+            if self.now() >= self.controller.next_event_at():
+                try:
+                    self.scaler.step()
+                except Exception:
+                    log.exception("autoscaler step failed")
             await asyncio.sleep(POLL_S)
 
     # -- effects --------------------------------------------------------------------------

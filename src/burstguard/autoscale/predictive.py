@@ -146,6 +146,7 @@ class PredictiveAutoscaler:
         self._keep = math.ceil(keep_s / params.bin_s) + 1
         self._rates: list[float] = []
         self._last_total: float | None = None
+        self._last_at = start
         self._next_tick = start
         self._desired = initial_replicas
         self._backlog = 0
@@ -174,11 +175,14 @@ class PredictiveAutoscaler:
             return None
         self._next_tick += p.bin_s * (math.floor((now - self._next_tick) / p.bin_s) + 1)
         total = signals.get(p.arrivals_metric, 0.0)
-        if self._last_total is not None:
-            self._rates.append(max(total - self._last_total, 0.0) / p.bin_s)
+        if self._last_total is not None and now > self._last_at:
+            # over the time the arrivals came in: a live tick is late by its timer or its
+            # scrape, and a bin's worth of time divided into a longer count overstates it
+            elapsed = now - self._last_at
+            self._rates.append(max(total - self._last_total, 0.0) / elapsed)
             if len(self._rates) > 2 * self._keep:
                 del self._rates[: -self._keep]
-        self._last_total = total
+        self._last_total, self._last_at = total, now
         self.forecast = forecast_rate(self._rates, p, self.lead_time_s)
         for_rate = math.ceil(self.forecast.rate / p.rate_per_replica - 1e-9)
         backlog = self._backlog_replicas(signals.get(p.queue_metric, 0.0), fleet.current)

@@ -193,29 +193,45 @@ class EngineCore:
         waiting, a finished request just leaves the batch and the run goes on. Same state
         and times as that many begin_step/end_step pairs; None when the next step is not
         such a step."""
+        return self.apply_decodes(self.plan_decodes(now, until))
+
+    def plan_decodes(
+        self, now: float, until: float, max_steps: int | None = None, to_first_finish: bool = False
+    ) -> list[float]:
+        """The end times of the steps `run_decodes(now, until)` would run, changing
+        nothing (empty when the next step is not a pure decode): at most `max_steps`, and
+        with `to_first_finish` none after the first step that finishes a request. A
+        driver that may be interrupted applies a prefix with `apply_decodes`."""
         if self._step is not None:
-            raise RuntimeError("run_decodes called while a step is in flight")
+            raise RuntimeError("plan_decodes called while a step is in flight")
         sched = self.scheduler
         if not sched.steady_decodes():
-            return None
+            return []
         running = sched.running
-        left = sorted((r.max_tokens - r.num_output_tokens, r.num_computed_tokens) for r in running)
-        limit = left[0][0] if sched.waiting else left[-1][0]
+        leaving: list[tuple[int, int]] = []  # (steps left, context) of requests that leave
+        if sched.waiting or to_first_finish:  # none leaves before the last step
+            limit = min(r.max_tokens - r.num_output_tokens for r in running)
+        else:
+            leaving = sorted((r.max_tokens - r.num_output_tokens, r.num_computed_tokens)
+                             for r in running)  # fmt: skip
+            limit = leaving[-1][0]
+        if max_steps is not None:
+            limit = min(limit, max_steps)
         limit = min(limit, self._steps_with_free_blocks(limit))
         step_time = self.profile.perf.step_time
-        seqs, context = len(running), sum(c for _, c in left)
+        seqs, context = len(running), sum(r.num_computed_tokens for r in running)
         ends: list[float] = []
         t, gone, j = now, 0, 0
         while j < limit and (j == 0 or t < until):
-            while left[gone][0] <= j:  # finished at the previous step: out of the batch
-                context -= left[gone][1] + j
+            while leaving and leaving[gone][0] <= j:  # finished at the last step: it left
+                context -= leaving[gone][1] + j
                 seqs -= 1
                 gone += 1
             t += step_time(BatchShape(0, seqs, context, context + seqs))
             ends.append(t)
             context += seqs
             j += 1
-        return self._apply_decodes(ends)
+        return ends
 
     def _steps_with_free_blocks(self, limit: int) -> int:
         """The most steps (up to `limit`) whose new KV blocks, summed over the running
@@ -243,7 +259,9 @@ class EngineCore:
             lo, hi = (mid, hi) if need(mid) <= free else (lo, mid)
         return lo
 
-    def _apply_decodes(self, ends: list[float]) -> DecodeRun | None:
+    def apply_decodes(self, ends: list[float]) -> DecodeRun | None:
+        """Applies pure decode steps ending at `ends` (a prefix of `plan_decodes`, planned
+        on this very state): the same state as that many begin_step/end_step pairs."""
         if not ends:
             return None
         pool, sched = self.pool, self.scheduler

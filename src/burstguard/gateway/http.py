@@ -18,7 +18,10 @@ Streams are written chunk by chunk, but no more often than once per flush interv
 and goes out with the others at the next tick of one timer shared by all streams. A
 stream slower than the interval (a real engine's inter-token latency is 10-50 ms) is
 never held; a faster one (the instant emulator, a small model on a big GPU) gets fewer,
-larger writes, at most one interval late, and never its first token. A loopback write
+larger writes, at most one interval late, and never its first token: nothing is held
+until a chunk with content has gone out (a chat stream's first event, the role, comes
+just before the first token in a read of its own; holding the token behind it added up
+to one interval to every TTFT). A loopback write
 costs more than the Python around it (it runs the receiver's TCP path too), so under load
 this is what cuts the writes per stream (vLLM's `--stream-interval` makes the same trade
 inside the engine).
@@ -156,20 +159,23 @@ class Responder:
             data, self._held = self._held + data, b""
         self._conn.write(data)
 
-    def write_soon(self, data: bytes) -> None:
+    def write_soon(self, data: bytes, hold: bool = True) -> None:
         """One chunk of a started stream: written now if this stream's last write is at least
-        one flush interval old, else held and written with the others at the next tick."""
+        one flush interval old (or `hold` is False: the client has no token yet), else held
+        and written with the others at the next tick."""
         if not data or self.finished:
             return
         if not self._pending:
             flusher = self._conn.flusher
             now = flusher.now()
-            if now - self._last_write >= flusher.interval_s:
+            if not hold or now - self._last_write >= flusher.interval_s:
                 self._last_write = now
                 self._out(self._chunk(data))
                 return
             flusher.add(self)
         self._pending.append(data)
+        if not hold:
+            self.flush()
 
     def flush(self) -> None:
         """Writes what `write_soon` holds as one chunk."""

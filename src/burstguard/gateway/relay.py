@@ -29,14 +29,15 @@ from burstguard.sse import says_why_it_ended
 _SSE_TAIL = 4096
 _USAGE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _HAS_USAGE = re.compile(rb'"usage"\s*:\s*\{')  # not `"usage": null` on every chunk
+_CONTENT = re.compile(rb'"(?:content|text)"\s*:\s*"(?:[^"\\]|\\.)')  # a non-empty string
 
 
 class SseRelay:
     """One streamed answer: feed each backend read, write what `feed` returns."""
 
     __slots__ = (
-        "_buf", "_carry", "_chat", "_edit", "_keep", "_strip", "base_tokens", "events",
-        "resumed", "tail", "text", "text_events", "usage_tokens",
+        "_buf", "_carry", "_chat", "_edit", "_keep", "_scan", "_strip", "base_tokens",
+        "content_seen", "events", "resumed", "tail", "text", "text_events", "usage_tokens",
     )  # fmt: skip
 
     def __init__(self, chat: bool, strip_usage: bool, keep_text: bool) -> None:
@@ -53,6 +54,8 @@ class SseRelay:
         self.usage_tokens: int | None = None
         self.base_tokens = 0  # tokens the client had when this answer was resumed
         self.resumed = False
+        self.content_seen = False  # an event with content (text) went to the client
+        self._scan = b""  # the end of the last output, for content split across reads
 
     def resume(self) -> None:
         """The answer so far is final; the next feeds are a resumed answer's."""
@@ -63,6 +66,15 @@ class SseRelay:
         self.tail = self._buf = self._carry = b""
 
     def feed(self, chunk: bytes) -> bytes:
+        """What to write to the client for one backend read."""
+        out = self._feed(chunk)
+        if out and not self.content_seen:
+            seen = self._scan + out
+            self.content_seen = _CONTENT.search(seen) is not None
+            self._scan = seen[-64:]
+        return out
+
+    def _feed(self, chunk: bytes) -> bytes:
         self.tail = (self.tail + chunk)[-_SSE_TAIL:]
         if not self._edit:
             self.events += (self._carry + chunk).count(b"data:")

@@ -644,9 +644,10 @@ class Gateway:
         A resumed answer continues the stream its client already has."""
 
         def sink(data: bytes) -> None:
+            hold = relay.content_seen  # until a token is out, nothing waits for the flush
             out = relay.feed(data)
             if out:
-                resp.write_soon(out)  # the first at once; later ones at most every flush interval
+                resp.write_soon(out, hold)  # later ones at most every flush interval
                 if ex.ttft_s is None:
                     now = self._clock()
                     ex.ttft_s = now - ex.arrival

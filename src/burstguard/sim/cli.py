@@ -84,6 +84,17 @@ def sim(
             rich_help_panel="Autoscaling",
         ),
     ] = None,
+    hop_latency_s: Annotated[
+        float,
+        typer.Option(
+            "--hop-latency-s",
+            min=0.0,
+            help="Open loop: the serving path's per-request latency outside the engine "
+            "(HTTP hops through the gateway and back, in engine seconds), added to every "
+            "TTFT and end-to-end time. Measure it as a lone request's TTFT through your "
+            "gateway minus the simulator's; 0 models the engine and gateway policies only.",
+        ),
+    ] = 0.0,
     concurrency: Annotated[
         int | None,
         typer.Option("--concurrency", help="Closed loop: N users (the seed's steady leg: 32)."),
@@ -123,7 +134,7 @@ def sim(
     the seed's legs and compare's verdict, as `bench --scenario` on a live server)."""
     from burstguard.bench.records import write_records
     from burstguard.bench.summary import Slo, write_summary
-    from burstguard.sim.loop import simulate
+    from burstguard.sim.loop import add_hop_latency, simulate
     from burstguard.workload.synth import synthesize
     from burstguard.workload.traces import load_workload
 
@@ -143,6 +154,8 @@ def sim(
         )
     if closed and gateway is not None:
         raise UserError("--gateway runs open-loop loads only (--trace or --pattern)")
+    if closed and hop_latency_s:
+        raise UserError("--hop-latency-s applies to open-loop loads only (--trace or --pattern)")
     if concurrency is not None and concurrency < 1:
         raise UserError("--concurrency must be >= 1")
     if think_time < 0 or (ramp_up or 0.0) < 0:
@@ -209,6 +222,7 @@ def sim(
             result = gw_result
         else:
             result = simulate(workload, engine_config, profile)
+        add_hop_latency(result.records, hop_latency_s)
         duration = float(workload.arrival_s[-1]) if len(workload) else 0.0
         if pattern_spec is not None:
             duration = pattern_spec.duration_s

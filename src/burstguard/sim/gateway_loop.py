@@ -36,7 +36,13 @@ from burstguard.autoscale import ScalingPolicy
 from burstguard.autoscale.signals import gateway_signals
 from burstguard.bench.records import RequestRecord
 from burstguard.engine.config import EngineConfig
-from burstguard.engine.core import EngineRequest, RequestRejected, StepResult, check_priority
+from burstguard.engine.core import (
+    DecodeRun,
+    EngineRequest,
+    RequestRejected,
+    StepResult,
+    check_priority,
+)
 from burstguard.engine.profile import Profile
 from burstguard.gateway.config import GatewayConfig
 from burstguard.gateway.core import TICK_S, GatewayCore, GatewayStats
@@ -99,6 +105,7 @@ class _GatewaySim:
         replica_profiles: Sequence[Profile] | None = None,
         scaling: ScalingPolicy | None = None,
         seed: int = 0,
+        fast_forward: bool = True,
     ) -> None:
         if replicas < 1:
             raise ValueError("replicas must be >= 1")
@@ -110,7 +117,8 @@ class _GatewaySim:
         self.fleet = Fleet(gateway.fleet)
         self.gw = GatewayCore(gateway, self.fleet)
         self.replicas = ReplicaSet(self.heap, engine, profile, self.fleet, self.step_end,
-                                   1.0 / gateway.engine_speedup)  # fmt: skip
+                                   1.0 / gateway.engine_speedup,
+                                   self.run_end if fast_forward else None)  # fmt: skip
         for i in range(replicas):
             own = None if replica_profiles is None else replica_profiles[i]
             self.replicas.add_replica(replica_id(i), 0.0, own)
@@ -250,6 +258,16 @@ class _GatewaySim:
         for rid in events.finished:
             self.event(Finish(rid, self.book.produced.get(rid, 0)), now)
 
+    def run_end(self, replica: str, run: DecodeRun, now: float) -> None:
+        """A fast-forwarded run of decode steps (`sim.replicas`), ending at `now`: the
+        tokens as `step_end` would have seen them; only its last step can finish some
+        (decode steps give no first token: the prefill step did)."""
+        self.book.apply_run(run)
+        if self.recorder is not None and replica == replica_id(0):
+            self.recorder.observe(now, sum(k for _, k, _ in run.tokens), len(run.ends))
+        for rid in run.finished:
+            self.event(Finish(rid, self.book.produced.get(rid, 0)), now)
+
     # -- the run -----------------------------------------------------------------------
 
     def run(self) -> GatewaySimResult:
@@ -281,15 +299,18 @@ def simulate_gateway(
     replica_profiles: Sequence[Profile] | None = None,
     scaling: ScalingPolicy | None = None,
     seed: int = 0,
+    fast_forward: bool = True,
 ) -> GatewaySimResult:
     """Runs `workload` through the gateway policies of `gateway` into `replicas` engine
     replicas behind its router (each of `profile`, or of its own `replica_profiles`), in
     virtual time; every request ends completed, rejected (429) or refused by the engine.
     With `scaling`, its autoscaler adds and drains replicas from `replicas` on (cold starts
-    drawn with `seed`)."""
+    drawn with `seed`). `fast_forward` applies runs of pure decode steps at once (same
+    records, computed faster; `sim.replicas`)."""
     return _GatewaySim(
-        workload, engine, profile, gateway, replicas, replica_profiles, scaling, seed
-    ).run()
+        workload, engine, profile, gateway, replicas, replica_profiles, scaling, seed,
+        fast_forward,
+    ).run()  # fmt: skip
 
 
 def gateway_summary(

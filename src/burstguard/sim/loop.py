@@ -123,6 +123,22 @@ class RecordBook:
         rec.status = 200
 
 
+def add_hop_latency(records: list[RequestRecord], latency_s: float) -> None:
+    """Adds the serving path's own per-request latency outside the engine (the HTTP hops
+    client -> gateway -> engine and back, the servers' parsing and streaming) to what each
+    client saw: `latency_s` more to every first token and every answer (a 429 travels the
+    same hops). The engine's own times, the token gaps and the policies' decisions stay
+    as simulated: first order, exact for a lone request. Measure it as a lone request's
+    TTFT through the live path minus the simulator's (benchmarks/fleet_sim_vs_live.py)."""
+    if latency_s < 0:
+        raise ValueError("latency_s must be >= 0")
+    for rec in records:
+        if rec.ttft_s is not None:
+            rec.ttft_s += latency_s
+        if rec.e2e_s is not None:
+            rec.e2e_s += latency_s
+
+
 def served_prompt(spec: RequestSpec, profile: Profile) -> int:
     """The prompt as the engine counts it: the sim serves every request the way `burstguard
     bench` sends it by default, as a chat request, so the profile's chat template tokens are

@@ -1,5 +1,6 @@
-"""CLI: `burstguard tune` — search engine flags in virtual time for the best goodput per
-replica-second under per-class SLOs; prints the Pareto frontier and the chosen config."""
+"""CLI: `burstguard tune` — search engine flags, an autoscaling policy, or both jointly,
+in virtual time for the best goodput per replica-second under per-class SLOs; prints the
+Pareto frontier and the chosen config."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from burstguard.tune.space import (
     grid,
     parse_axes,
     scaling_knobs,
+    split,
 )
 from burstguard.workload.options import TraceFileOption, TraceFormatOption, pattern_options
 from burstguard.workload.spec import Workload
@@ -61,9 +63,10 @@ def tune(
         list[str] | None,
         typer.Option(
             "--axis",
-            help="KNOB=V1,V2,... values to try (repeatable); knobs: "
+            help="KNOB=V1,V2,... values to try (repeatable); engine knobs: "
             + ", ".join(ENGINE_KNOBS)
-            + ". Knobs not named take their default values.",
+            + "; with --autoscaler: policy, threshold, window, min-replicas, cooldown, and "
+            "any engine knob (searched jointly). Knobs not named take their default values.",
         ),
     ] = None,
     search: Annotated[
@@ -84,10 +87,20 @@ def tune(
         typer.Option(
             "--autoscaler",
             help="Tune this scaling policy's knobs (policy, threshold, window, min-replicas, "
-            "cooldown) on the simulated fleet instead of the engine flags.",
+            "cooldown) on the simulated fleet; engine flags join the search when named "
+            "with --axis, or all of them with --joint.",
             rich_help_panel="Autoscaling",
         ),
     ] = None,
+    joint: Annotated[
+        bool,
+        typer.Option(
+            "--joint",
+            help="With --autoscaler: search the engine flags (their default values, or the "
+            "--axis ones) jointly with the policy, every replica running them.",
+            rich_help_panel="Autoscaling",
+        ),
+    ] = False,
     max_replicas: Annotated[
         int | None,
         typer.Option(
@@ -109,9 +122,13 @@ def tune(
         Path | None, typer.Option("--json", help="Write every trial and the winner here.")
     ] = None,
 ) -> None:
-    """Tune the engine flags (or, with --autoscaler, the scaling policy on a simulated
-    fleet) on a trace or a pattern: prints the Pareto frontier (cost vs SLO attainment)
-    and the config with the best goodput per replica-second, re-checked on a second seed."""
+    """Tune the engine flags, or with --autoscaler the scaling policy on a simulated fleet
+    (with --joint, or engine knobs named in --axis: both at once), on a trace or a
+    pattern: prints the Pareto frontier (cost vs SLO attainment) and the config with the
+    best goodput per replica-second, re-checked on a second seed.
+
+    A joint search multiplies the grids (the default one has thousands of points): use
+    the default coordinate descent, which tries one knob at a time."""
     if (trace is None) == (pattern_spec is None):
         raise UserError("give exactly one of --trace FILE or --pattern NAME")
     if search not in ("descent", "grid"):
@@ -127,12 +144,13 @@ def tune(
         base = load_policy(autoscaler).with_overrides(
             max_replicas=max_replicas, cold_start_s=cold_start_s
         )
-        axes = parse_axes(axis or [], scaling_knobs(base.model_dump(mode="json")))
+        knobs = {**scaling_knobs(base.model_dump(mode="json")), **ENGINE_KNOBS}
+        axes = parse_axes(axis or [], knobs, optional=() if joint else ENGINE_KNOBS)
         objective = ScalingObjective(workload, engine_config, profile, slos, autoscaler,
                                      max_replicas, cold_start_s)  # fmt: skip
     else:
-        if max_replicas is not None or cold_start_s is not None:
-            raise UserError("--max-replicas and --cold-start-s need --autoscaler")
+        if max_replicas is not None or cold_start_s is not None or joint:
+            raise UserError("--max-replicas, --cold-start-s and --joint need --autoscaler")
         axes = parse_axes(axis or [], ENGINE_KNOBS)
         objective = EngineObjective(workload, engine_config, profile, slos)
     candidates = [c for c in grid(axes) if objective.valid(c)]
@@ -163,9 +181,9 @@ def tune(
         f"in {elapsed:.1f} s on {n_workers} worker(s)"
     )
     print(f"chosen: {describe(winner.candidate)}")
-    if autoscaler is None:
+    if split(winner.candidate)[0]:
         print(f"  vllm serve ... {vllm_flags(winner.candidate)}")
-    else:
+    if autoscaler is not None:
         print("  policy file (burstguard sim --autoscaler FILE, scaling export FILE):")
         print("    " + objective.scaling(winner.candidate).to_yaml().replace("\n", "\n    "))  # type: ignore[union-attr]
     print(
@@ -243,8 +261,9 @@ def frontier_table(front: list[Trial], winner: Trial) -> str:
 
 
 def vllm_flags(candidate: Candidate) -> str:
+    """The candidate's engine knobs as `vllm serve` flags."""
     parts = []
-    for k, v in candidate:
+    for k, v in split(candidate)[0]:
         if isinstance(v, bool):
             parts.append(f"--{'' if v else 'no-'}enable-{k}")
         else:

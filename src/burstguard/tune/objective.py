@@ -1,6 +1,8 @@
 """What a candidate is worth: SLO-meeting requests per replica-second, on a workload.
 
 `EngineObjective` runs one engine replica in the simulator with the candidate's flags;
+`ScalingObjective` runs the gateway and an autoscaled fleet with the candidate's policy
+knobs and, when it names any, engine flags too (a joint search: each replica runs them).
 Picklable, so worker processes can each hold one.
 """
 
@@ -17,7 +19,7 @@ from burstguard.bench.summary import Slo
 from burstguard.engine.config import EngineConfig, EngineConfigError
 from burstguard.engine.profile import Profile
 from burstguard.errors import UserError
-from burstguard.tune.space import ENGINE_KNOBS, SCALING_PATHS, Candidate
+from burstguard.tune.space import ENGINE_KNOBS, SCALING_PATHS, Candidate, split
 from burstguard.workload.spec import Workload
 from burstguard.workload.transform import take
 
@@ -98,6 +100,27 @@ def single_replica_seconds(workload: Workload, records: Sequence[RequestRecord])
     return max([float(workload.arrival_s[-1]) if len(workload) else 0.0, *ends, 1e-9])
 
 
+def engine_config(base: EngineConfig, candidate: Candidate) -> EngineConfig:
+    """`base` with the candidate's engine flags (its other knobs ignored)."""
+    engine, _ = split(candidate)
+    return replace(base, **{ENGINE_KNOBS[k].field: v for k, v in engine})
+
+
+def engine_valid(base: EngineConfig, profile: Profile, candidate: Candidate) -> bool:
+    """Whether vLLM would accept the candidate's engine flags on top of `base`."""
+    try:
+        engine_config(base, candidate).resolved(profile.max_model_len)
+    except EngineConfigError:
+        return False
+    return True
+
+
+def nearest_engine_value(base: EngineConfig, knob: str, values: Sequence[Any]) -> Any:
+    """Of `values`, the one nearest to `base`'s own setting of `knob`."""
+    mine = getattr(base, ENGINE_KNOBS[knob].field)
+    return min(values, key=lambda v: (abs(float(v) - float(mine)), float(v)))
+
+
 @dataclass(frozen=True)
 class EngineObjective:
     """One engine replica with the candidate's engine flags on top of `base`."""
@@ -109,26 +132,17 @@ class EngineObjective:
 
     def config(self, candidate: Candidate) -> EngineConfig:
         """The engine config a candidate means (raises EngineConfigError if vLLM would)."""
-        return replace(self.base, **{ENGINE_KNOBS[k].field: v for k, v in candidate})
+        return engine_config(self.base, candidate)
 
     def valid(self, candidate: Candidate) -> bool:
         """Whether vLLM would accept it (e.g. not chunked prefill off with a token budget
         below the model length)."""
-        try:
-            self.config(candidate).resolved(self.profile.max_model_len)
-        except EngineConfigError:
-            return False
-        return True
+        return engine_valid(self.base, self.profile, candidate)
 
     def start(self, axes: Mapping[str, Sequence[Any]]) -> Candidate:
         """Where a local search starts: for each knob the base config's value, or the
         tried value nearest to it."""
-
-        def nearest(knob: str, values: Sequence[Any]) -> Any:
-            mine = getattr(self.base, ENGINE_KNOBS[knob].field)
-            return min(values, key=lambda v: (abs(float(v) - float(mine)), float(v)))
-
-        return tuple((k, nearest(k, vs)) for k, vs in axes.items())
+        return tuple((k, nearest_engine_value(self.base, k, vs)) for k, vs in axes.items())
 
     def __call__(self, candidate: Candidate) -> Trial:
         from burstguard.sim.loop import simulate
@@ -147,7 +161,8 @@ class EngineObjective:
 class ScalingObjective:
     """The gateway in front of a fleet its autoscaler sizes: the candidate sets the
     policy's knobs (`space.SCALING_PATHS`) on top of `policy`, with the common overrides
-    (`max_replicas`, `cold_start_s`) kept."""
+    (`max_replicas`, `cold_start_s`) kept, and any engine flags it names (`ENGINE_KNOBS`)
+    on top of `engine` for every replica."""
 
     workload: Workload
     engine: EngineConfig
@@ -162,7 +177,7 @@ class ScalingObjective:
         """The policy a candidate means (UserError naming the field if it is invalid)."""
         from burstguard.autoscale import ScalingPolicy, load_policy
 
-        values = dict(candidate)
+        values = dict(split(candidate)[1])
         name = str(values.pop("policy", self.policy))
         data = load_policy(name).model_dump(mode="json")
         for knob, value in values.items():
@@ -181,6 +196,8 @@ class ScalingObjective:
         data = base.model_dump(mode="json")
 
         def nearest(knob: str, values: Sequence[Any]) -> Any:
+            if knob in ENGINE_KNOBS:
+                return nearest_engine_value(self.engine, knob, values)
             if knob == "policy":
                 return self.policy if self.policy in values else values[0]
             node: Any = data
@@ -191,6 +208,8 @@ class ScalingObjective:
         return tuple((k, nearest(k, vs)) for k, vs in axes.items())
 
     def valid(self, candidate: Candidate) -> bool:
+        if not engine_valid(self.engine, self.profile, candidate):
+            return False
         try:
             policy = self.scaling(candidate)
         except UserError:
@@ -203,8 +222,9 @@ class ScalingObjective:
 
         policy = self.scaling(candidate)
         res = simulate_gateway(
-            self.workload, self.engine, self.profile, fleet_gateway(policy.max_replicas),
-            policy.min_replicas, scaling=policy, seed=self.seed,
+            self.workload, engine_config(self.engine, candidate), self.profile,
+            fleet_gateway(policy.max_replicas), policy.min_replicas, scaling=policy,
+            seed=self.seed,
         )  # fmt: skip
         assert res.scaling is not None
         met = sum(1 for r in res.records if self.slos.met(r))

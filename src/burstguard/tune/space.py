@@ -7,7 +7,7 @@ can hand it to worker processes and remember what it has tried.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,10 +91,17 @@ def scaling_knobs(base: Mapping[str, Any]) -> dict[str, Knob]:
     }  # fmt: skip
 
 
-def parse_axes(items: Sequence[str], knobs: Mapping[str, Knob]) -> dict[str, tuple[Any, ...]]:
+def parse_axes(
+    items: Sequence[str], knobs: Mapping[str, Knob], optional: Collection[str] = ()
+) -> dict[str, tuple[Any, ...]]:
     """`["max-num-seqs=64,128", ...]` -> {knob: values}; knobs not named keep their
-    default values. An empty list gives the default grid."""
-    axes = {name: k.default_values for name, k in knobs.items() if k.default_values}
+    default values, except the `optional` ones, searched only when named. An empty list
+    gives the default grid."""
+    axes = {
+        name: k.default_values
+        for name, k in knobs.items()
+        if k.default_values and name not in optional
+    }
     for item in items:
         name, sep, values = item.partition("=")
         name = name.strip()
@@ -110,6 +117,12 @@ def parse_axes(items: Sequence[str], knobs: Mapping[str, Knob]) -> dict[str, tup
             raise UserError(f"--axis {item!r}: no values")
         axes[name] = tuple(dict.fromkeys(parsed))
     return axes
+
+
+def split(candidate: Candidate) -> tuple[Candidate, Candidate]:
+    """(engine knobs, the others): a joint candidate's two halves."""
+    engine = tuple((k, v) for k, v in candidate if k in ENGINE_KNOBS)
+    return engine, tuple((k, v) for k, v in candidate if k not in ENGINE_KNOBS)
 
 
 def grid(axes: Mapping[str, Sequence[Any]]) -> list[Candidate]:
