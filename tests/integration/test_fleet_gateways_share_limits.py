@@ -167,7 +167,7 @@ async def test_a_slot_given_back_is_free_for_the_next_request_at_once(
             "min_in_flight": 1,
             "max_in_flight_per_backend": 1,
             "adapt": False,
-        },  # fmt: skip
+        },
     }
     shared = {**base, "fleet": {"redis": {"url": redis_server.url, "replicas": 1}}}
     took: dict[str, float] = {}
