@@ -28,6 +28,7 @@ from burstguard.redis_server import RedisServer
 SPEEDUP = 10.0
 SMALL = {"model": "llama3-8b-h100", "prompt": "hello " * 20, "max_tokens": 16, "ignore_eos": True}
 LARGE = {**SMALL, "prompt": "hello " * 400, "max_tokens": 64}
+B_BURST = {**SMALL, "max_tokens": 64}
 
 
 def _config(redis_url: str, **admission: Any) -> dict[str, Any]:
@@ -110,8 +111,8 @@ async def test_a_tenant_served_through_one_gateway_goes_behind_at_the_other(
             load = [asyncio.create_task(heavy_at_a()) for _ in range(8)]
             await asyncio.sleep(0.5)
 
-            async def at_b(tenant: str) -> None:
-                await _post(session, base_b, tenant, SMALL)
+            async def at_b(tenant: str) -> None:  # each about 4 syncs long at B's 1 slot
+                await _post(session, base_b, tenant, B_BURST)
                 done.append(tenant)
 
             burst = [at_b(("heavy", "light")[i % 2]) for i in range(20)]  # heavy first
