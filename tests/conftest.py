@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +183,16 @@ def start_fleet_gateway(
     )
     proc.base_url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
     return proc
+
+
+@contextlib.asynccontextmanager
+async def raw_backend(
+    handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> AsyncIterator[str]:
+    """A hand-written HTTP backend on a free 127.0.0.1 port (`handle` speaks the bytes);
+    yields its base URL, closes it after."""
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.conftest import BURSTGUARD, start_emulator
+from tests.conftest import BURSTGUARD, raw_backend, start_emulator
 from tests.integration.test_gateway import start_gateway
 
 from burstguard.procs import ManagedProcess, free_port
@@ -588,11 +588,8 @@ async def closing_backend() -> AsyncIterator[str]:
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    try:
-        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    finally:
-        server.close()
+    async with raw_backend(handle) as url:
+        yield url
 
 
 async def test_8_a_backend_answer_ended_by_close_is_a_whole_answer(
@@ -682,11 +679,8 @@ async def failing_backend() -> AsyncIterator[str]:
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    try:
-        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    finally:
-        server.close()
+    async with raw_backend(handle) as url:
+        yield url
 
 
 async def test_9_a_backends_traceback_is_logged_not_passed_on(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from tests.conftest import start_emulator
+from tests.conftest import raw_backend, start_emulator
 from tests.integration.test_gateway import start_gateway
 
 from burstguard.procs import free_port
@@ -195,12 +195,8 @@ async def chat_backend() -> AsyncIterator[str]:
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.close()
+    async with raw_backend(handle) as url:
+        yield url
 
 
 async def test_the_first_token_is_not_held_behind_a_chat_role_chunk(
@@ -242,12 +238,8 @@ async def cutting_backend() -> AsyncIterator[str]:
             await asyncio.sleep(0.05)
         writer.transport.abort()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.close()
+    async with raw_backend(handle) as url:
+        yield url
 
 
 async def test_a_backend_that_breaks_mid_stream_ends_it_with_an_error(
