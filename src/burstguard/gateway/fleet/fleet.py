@@ -193,8 +193,7 @@ class Fleet:
         (the core keeps it queued). Counts it in that backend's in flight."""
         if request_id in self._attempts:
             raise ValueError(f"request {request_id!r} is already routed")
-        views = self.views(now)
-        url = self.router.pick(req, views)
+        url = self.router.pick(req, self.views(now))
         if url is not None:
             self.budget.on_request(now)
             self._send(request_id, _Attempt(req, url, [url]), now)

@@ -80,16 +80,12 @@ def is_saturated(b: BackendView, cfg: RouterConfig) -> bool:
     )
 
 
-def work_ahead(b: BackendView, req: RouteRequest) -> int:
-    """Tokens `req` waits behind on `b`, itself included."""
-    return b.in_flight_tokens + (b.waiting or 0) * req.tokens + req.tokens
-
-
 def score(b: BackendView, req: RouteRequest, cfg: RouterConfig, seconds_per_token: float) -> float:
     """The work ahead of `req` on `b`, timed at `b`'s pace, per free KV share; lower is
     better. `seconds_per_token`: the pace to assume when `b` has none learned yet."""
+    work = b.in_flight_tokens + (b.waiting or 0) * req.tokens + req.tokens
     per_token = b.seconds_per_token if b.seconds_per_token is not None else seconds_per_token
-    return work_ahead(b, req) * per_token / max(1.0 - (b.kv_usage or 0.0), cfg.kv_floor)
+    return work * per_token / max(1.0 - (b.kv_usage or 0.0), cfg.kv_floor)
 
 
 def _median_speed(backends: Sequence[BackendView]) -> float:
