@@ -266,10 +266,13 @@ def test_gateway_preempts_and_resumes_a_stream_on_real_vllm(
     running: list[tuple[float, float]] = []  # (time, vLLM's num_requests_running)
     window: list[float] = []  # the interactive request: sent, answered
 
+    RUNNING = "vllm:num_requests_running"
+
     async def watch(s: aiohttp.ClientSession, done: asyncio.Event) -> None:
         while not done.is_set():
             async with s.get(vllm_server + "/metrics") as r:
-                n = metric_sum(parse_metrics(await r.text()), "vllm:num_requests_running")
+                text = await r.text()
+            n = metric_sum(parse_metrics(text, only=(RUNNING,)), RUNNING)
             running.append((time.monotonic(), n or 0.0))
             await asyncio.sleep(0.05)
 
@@ -317,8 +320,10 @@ def test_gateway_preempts_and_resumes_a_stream_on_real_vllm(
           f"interactive request ran ({answered - sent:.2f} s) {during}")  # fmt: skip
     assert max(n for t, n in running if t < sent) == 1  # the batch request runs
     # the abort frees the batch request's sequence: vLLM counts the interactive one alone
-    # (one sample may catch the step between the interactive one's arrival and the abort)
-    assert len(during) >= 5 and sum(n >= 2 for n in during) <= 1, during
+    # (one sample may catch the step between the interactive one's arrival and the abort).
+    # vLLM usually answers /metrics in 10-50 ms (~20 samples), but a CI run once got two
+    # samples in the 1.1 s window: two at 1 already refute "2 for the whole run".
+    assert len(during) >= 2 and sum(n >= 2 for n in during) <= 1, during
     assert metric_sum(m, "burstguard_preemptions_total") == 1
     # the batch prompt, the interactive one, and the batch again with its text so far
     assert prefilled >= 3 * alone["usage"]["prompt_tokens"] + 10
