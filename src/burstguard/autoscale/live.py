@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -46,22 +46,32 @@ class LiveScaler:
         self._on_effects = on_effects
         self._speedup = speedup
 
-    def step(self) -> list[FleetEffect]:
-        """Advances the controller to now (what the loop calls; tests call it directly)."""
-        now = self._clock()
+    def step(self, now: float | None = None) -> list[FleetEffect]:
+        """Advances the controller to `now` (default: the clock's now), with the signals
+        read now (what the loop calls; tests call it directly)."""
+        now = self._clock() if now is None else now
         effects = self.controller.advance(now, self._signals())
         if effects:
             self._on_effects(effects, now)
         return effects
 
-    async def run(self) -> None:
-        """Until cancelled; an exception in a step is logged, never fatal."""
+    async def run(self, refresh: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Until cancelled: each step at the controller's due time on the clock (engine
+        seconds, so the same times at any speedup), after `refresh()` has fetched the
+        signals (a scrape), at the time the fetch began; an exception is logged, never
+        fatal."""
         while True:
             wait = (self.controller.next_event_at() - self._clock()) / self._speedup
             await asyncio.sleep(min(max(wait, 0.0), MAX_SLEEP_S))
-            if self._clock() >= self.controller.next_event_at():
+            now = self._clock()
+            if now >= self.controller.next_event_at():
+                if refresh is not None:
+                    try:
+                        await refresh()
+                    except Exception:
+                        log.exception("autoscaler signals not refreshed (the last ones hold)")
                 try:
-                    self.step()
+                    self.step(now)
                 except Exception:
                     log.exception("autoscaler step failed")
 
