@@ -41,7 +41,7 @@ from burstguard.autoscale.fleet import (
     StartReplica,
     StopReplica,
 )
-from burstguard.autoscale.live import LiveScaler
+from burstguard.autoscale.live import LiveScaler, aligned
 from burstguard.autoscale.signals import SIGNAL_NAMES
 from burstguard.procs import ManagedProcess, free_port
 from burstguard.scrape import metric_sum, parse_metrics
@@ -198,7 +198,8 @@ class LocalFleet:
         when its /health first answers, if later)."""
         await self._take_process(e.replica_id)
         await asyncio.sleep(max(e.ready_at - self.now(), 0.0) / self.speedup)
-        self._on_effects(self.controller.mark_ready(e.replica_id, self.now()), self.now())
+        now = aligned(self.now(), e.ready_at, self.speedup)
+        self._on_effects(self.controller.mark_ready(e.replica_id, now), now)
 
     async def _drain(self, e: DrainReplica) -> None:
         """Stopped when nothing runs or waits on it any more, or at its deadline."""
