@@ -47,9 +47,7 @@ async def test_decisions_fall_on_the_policy_grid_in_engine_seconds(
                 "--port", str(port), "--speedup", str(speedup), "--max-num-seqs", "2"]  # fmt: skip
 
     async with serve_app(app) as gateway:
-        fleet = LocalFleet(
-            POLICY, tmp_path / "backends.txt", gateway, emulator, speedup=speedup
-        )
+        fleet = LocalFleet(POLICY, tmp_path / "backends.txt", gateway, emulator, speedup=speedup)
         await fleet.run(duration_s=(5 * BIN_S + 1.0) / speedup)
 
     # the simulator ticks at 0, 2, ..., 10 engine seconds: so do the scrapes, each within
