@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from tests.conftest import BURSTGUARD
 
-from burstguard.autoscale import ScalingPolicy, load_policy
+from burstguard.autoscale import load_policy
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.profile import Profile
 from burstguard.report.fleet_plot import fleet_figure
@@ -144,20 +144,3 @@ def test_a_cap_shrunk_while_one_replica_was_overloaded_is_lifted_when_the_fleet_
     sim.run()
     assert caps[0] < gateway.admission.max_in_flight  # shrunk by the overloaded replica
     assert caps[1] == gateway.admission.max_in_flight
-
-
-def test_the_policy_sample_at_a_tick_does_not_count_the_requests_sent_then() -> None:
-    """A burst sent at a tick's instant is in the next bin: a live scrape at t cannot see a
-    request sent at t (it reaches the gateway a hop later), and the local fleet scrapes
-    on the same grid (sim agrees with live, issue 22)."""
-    scaling = ScalingPolicy.model_validate(
-        {"kind": "predictive", "cold_start": 8.0,
-         "predictive": {"rate_per_replica": 3, "min_replicas": 1, "max_replicas": 4,
-                        "bin_s": 2, "trend_window_s": 60, "burst_window_s": 60}}
-    )  # fmt: skip
-    burst = Workload.from_specs([RequestSpec(f"r{i}", 0.0, 256, 8) for i in range(12)])
-    res = simulate_gateway(burst, EngineConfig(), H100, fleet_gateway(4), 1, scaling=scaling)
-    assert res.scaling is not None
-    first = res.scaling["scale_events"][0]
-    # the bin (0, 2] holds the 12 requests (6 req/s): the scale-up is ordered at 2 s
-    assert first["t"] == 2.0 and first["forecast_rate"] == 6.0 and first["desired"] > 1

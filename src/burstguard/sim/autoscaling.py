@@ -29,10 +29,7 @@ from burstguard.autoscale import (
 from burstguard.sim.heap import EventHeap
 from burstguard.sim.replicas import ReplicaSet, replica_id
 
-AUTOSCALE = 1
-"""Tie rank: after a step's end (0), before the arrivals of its instant (2), the gateway's
-scrape (3) and tick (4). A live scrape at t cannot count a request sent at t (it reaches
-the gateway a hop later), so neither does the policy's sample here."""
+AUTOSCALE = 4  # tie rank: after a step's end (0), arrivals (1), the scrape (2) and tick (3)
 SAMPLE_S = 1.0
 
 

@@ -73,7 +73,7 @@ from burstguard.workload.spec import Workload
 __all__ = ["GatewaySimResult", "gateway_summary", "simulate_gateway"]
 
 # ties at one instant: a step's end, then arrivals, the scrape, the tick
-ARRIVAL, SCRAPE, TICK = range(2, 5)  # a step's end 0 (`sim.replicas.STEP`), autoscaler 1
+ARRIVAL, SCRAPE, TICK = range(1, 4)  # a step's end is 0 (`sim.replicas.STEP`)
 
 
 @dataclass
