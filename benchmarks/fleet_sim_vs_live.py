@@ -5,11 +5,13 @@ the ready-replica count over time (its mean, and the time-aligned difference: th
 the client share time zero, `--start-at`) and TTFT p50 / p95 (engine seconds throughout),
 each against the issue's 15%.
 
-Before the comparison, an idle probe calibrates the one thing the simulator does not
-model by itself, the serving path's own per-request latency (HTTP hops client -> gateway
--> emulator and back, Python servers): one request every 2 engine-seconds through a
-gateway and one emulator, the same requests in the simulator; the TTFT p50 difference is
-passed to the comparison's sim as `--hop-latency-s` (never fitted to the comparison).
+Before the comparison, a probe calibrates the one thing the simulator does not model by
+itself, the serving path's own per-request latency (HTTP hops client -> gateway ->
+emulator and back, Python servers on a shared CPU, each request of a burst handled in
+turn): bursts of the comparison's size, 10 engine-seconds apart, through a gateway and one
+emulator with a slot for each request (no engine queue), the same requests in the
+simulator; the TTFT p50 difference is passed to the comparison's sim as
+`--hop-latency-s` (never fitted to the comparison).
 
 Run: .venv/bin/python benchmarks/fleet_sim_vs_live.py [--duration 300] [--speedup 4]
 """
@@ -33,6 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 POLICY = ROOT / "examples" / "scaling-demo-predictive.yaml"
 CLI = [sys.executable, "-m", "burstguard.cli"]
 SEQS = "4"
+BURST_SIZE = "8-12"
+PROBE_SEQS = "16"  # the probe's emulator: room for a whole burst
 START_MARGIN_S = 25.0  # wall seconds from launch to time zero
 OFF_GRID_S = 1.0  # the workload starts between the policy's 2 s ticks (see `delay`)
 TOLERANCE = 0.15  # issue 22: replica count and TTFT p50 / p95 within 15%
@@ -62,19 +66,19 @@ def delay(path: Path, by_s: float) -> None:
 
 
 def hop_latency(work: Path, gateway_config: dict, speedup: float) -> tuple[float, float, float]:
-    """(live TTFT p50, sim TTFT p50, their difference): lone requests through a gateway
-    and one emulator (the local fleet's replica), and in the simulator."""
+    """(live TTFT p50, sim TTFT p50, their difference): bursts through a gateway and one
+    emulator (the local fleet's replica) with a slot for each request, and in the sim."""
     probe = work / "probe"
     probe.mkdir()
-    trace = probe / "idle.jsonl"
-    generate(trace, "constant", "--rate", "0.5", "--duration", "60")
+    trace = probe / "bursts.jsonl"
+    generate(trace, "burst", "--rate", "1", "--burst-size", BURST_SIZE, "--duration", "120")
     config = probe / "gateway.yaml"
     config.write_text(yaml.safe_dump(gateway_config))
     em_port, gw_port = free_port(), free_port()
     em_url, gw_url = f"http://127.0.0.1:{em_port}", f"http://127.0.0.1:{gw_port}"
     emulator = ManagedProcess(
         [*CLI, "emulate", "--profile", "llama3-8b-h100", "--host", "127.0.0.1", "--port",
-         str(em_port), "--speedup", str(speedup), "--max-num-seqs", SEQS],
+         str(em_port), "--speedup", str(speedup), "--max-num-seqs", PROBE_SEQS],
         f"{em_url}/health", log_path=probe / "emulator.log",
     )  # fmt: skip
     gateway = ManagedProcess(
@@ -86,7 +90,7 @@ def hop_latency(work: Path, gateway_config: dict, speedup: float) -> tuple[float
                         "--speedup", str(speedup), "--out", str(probe / "live"), "--quiet"],
                        check=True, stdout=subprocess.DEVNULL)  # fmt: skip
     subprocess.run([*CLI, "sim", "--trace", str(trace), "--gateway", str(config),
-                    "--max-num-seqs", SEQS, "--json", str(probe / "sim.json")],
+                    "--max-num-seqs", PROBE_SEQS, "--json", str(probe / "sim.json")],
                    check=True, stdout=subprocess.DEVNULL)  # fmt: skip
     live = json.loads((probe / "live" / "summary.json").read_text())["ttft_s"]["p50"]
     sim = json.loads((probe / "sim.json").read_text())["ttft_s"]["p50"]
@@ -100,7 +104,7 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fleet-sim-vs-live-"))
     trace = work / "burst.jsonl"
-    generate(trace, "burst", "--rate", "4", "--burst-size", "8-12",
+    generate(trace, "burst", "--rate", "4", "--burst-size", BURST_SIZE,
              "--duration", str(args.duration))  # fmt: skip
     delay(trace, OFF_GRID_S)
     backends, books_path = work / "backends.txt", work / "fleet.json"
@@ -109,7 +113,7 @@ def main() -> None:
     base = {"engine_speedup": args.speedup,
             "classes": [{"name": "standard", "rank": 0, "queue_deadline_s": 300.0}]}  # fmt: skip
     probe_live, probe_sim, hop = hop_latency(work, base, args.speedup)
-    print(f"idle probe: TTFT p50 live {probe_live * 1000:.1f} ms, sim {probe_sim * 1000:.1f} ms "
+    print(f"burst probe: TTFT p50 live {probe_live * 1000:.1f} ms, sim {probe_sim * 1000:.1f} ms "
           f"-> --hop-latency-s {hop:.4f}")  # fmt: skip
     config = work / "gateway.yaml"
     config.write_text(yaml.safe_dump({
