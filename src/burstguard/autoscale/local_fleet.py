@@ -196,7 +196,7 @@ class LocalFleet:
 
     async def _cold_start(self, e: StartReplica) -> None:
         """A spare process (or one started now) serves from the modelled ready time (or
-        when its /health first answers, if later)."""
+        once it has started and answered its warm-up request, if later)."""
         await self._take_process(e.replica_id)
         await asyncio.sleep(max(e.ready_at - self.now(), 0.0) / self.speedup)
         now = aligned(self.now(), e.ready_at, self.speedup)
