@@ -115,6 +115,30 @@ def test_workers_share_one_schedule_split_by_request(instant: str, tmp_path: Pat
     assert {int(i[1:]) % 2 for i in ids} == {0, 1}  # both workers sent
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_start_at_puts_the_schedule_zero_at_a_shared_instant(
+    instant: str, tmp_path: Path, workers: str
+) -> None:
+    """--start-at T: nothing is sent before the Unix time T, then the schedule runs on time
+    from T (what `burstguard fleet --start-at T` shares); a time already past is refused."""
+    past = bench(
+        "--target", instant, "--pattern", "poisson", "--rate", "10", "--duration", "1",
+        "--start-at", str(time.time() - 1), "--out", str(tmp_path / "past"),
+    )  # fmt: skip
+    assert past.returncode == 2 and "has passed" in past.stdout + past.stderr
+    start_at = time.time() + 5.0
+    out = tmp_path / "later"
+    res = bench(
+        "--target", instant, "--pattern", "poisson", "--rate", "20", "--duration", "1", *SHORT,
+        "--workers", workers, "--start-at", str(start_at), "--out", str(out),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert time.time() >= start_at + 0.5  # it waited for T, then sent the 1 s schedule
+    summary = read_summary(out / "summary.json")
+    assert summary["completed"] == summary["requests"] > 5
+    assert summary["schedule_lag_s"]["p50"] < 0.05  # on time from T, not late by the wait
+
+
 def test_burst_inflates_p95_ttft_and_compare_gates_it(tmp_path: Path) -> None:
     """The seed's finding on the emulator: same mean rate, bursts >= 3x steady P95 TTFT;
     compare exits 1 on steady-vs-burst and 0 on steady-vs-steady."""

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from tests.conftest import BURSTGUARD
 
-from burstguard.autoscale import load_policy
+from burstguard.autoscale import ScalingPolicy, load_policy
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.profile import Profile
 from burstguard.report.fleet_plot import fleet_figure
@@ -144,3 +144,34 @@ def test_a_cap_shrunk_while_one_replica_was_overloaded_is_lifted_when_the_fleet_
     sim.run()
     assert caps[0] < gateway.admission.max_in_flight  # shrunk by the overloaded replica
     assert caps[1] == gateway.admission.max_in_flight
+
+
+@pytest.mark.parametrize(("interval_s", "lag_s"), [(None, 0.0), (1.0, 2.0)])
+def test_a_ready_replica_takes_traffic_once_the_gateway_discovery_has_seen_it(
+    interval_s: float | None, lag_s: float
+) -> None:
+    """Live, the gateway re-reads its backend file every `interval_s` of wall time: a
+    replica listed at t is routed to from t + half that on average (x engine_speedup)."""
+    from burstguard.gateway.config import GatewayConfig
+    from burstguard.sim.gateway_loop import _GatewaySim
+
+    scaling = ScalingPolicy.model_validate(
+        {"kind": "predictive", "cold_start": 8.0,
+         "predictive": {"rate_per_replica": 3, "min_replicas": 1, "max_replicas": 2,
+                        "bin_s": 2, "trend_window_s": 60, "burst_window_s": 60}}
+    )  # fmt: skip
+    discovery = {} if interval_s is None else {"file": {"path": "x", "interval_s": interval_s}}
+    gateway = GatewayConfig.from_dict({"engine_speedup": 4.0, "fleet": {"discovery": discovery}})
+    # a burst at 1 s orders a second replica at the 2 s tick: ready at 10 s
+    specs = [RequestSpec(f"b{i}", 1.0, 256, 8) for i in range(12)]
+    specs += [RequestSpec(f"s{i}", t, 256, 8) for i, t in enumerate((6.0, 14.0, 20.0))]
+    sim = _GatewaySim(Workload.from_specs(specs), EngineConfig(), H100, gateway, 1, None,
+                      scaling)  # fmt: skip
+    routable: dict[float, int] = {}
+    for t in (10.0 + lag_s - 0.1, 10.0 + lag_s + 0.1):
+        sim.heap.at(t, 1, lambda now: routable.__setitem__(now, len(sim.replicas.replicas)))
+    sim.run()
+    assert sim.scaler is not None
+    ready = sim.scaler.controller.fleet.history
+    assert any(h.time == 10.0 and h.ready == 2 for h in ready)
+    assert list(routable.values()) == [1, 2]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -108,6 +109,23 @@ def fleet_cmd(
         Path | None, typer.Option("--json", help="write the fleet's books here at the end")
     ] = None,
     log_dir: Annotated[Path | None, typer.Option("--log-dir", help="emulator logs")] = None,
+    spares: Annotated[
+        int | None,
+        typer.Option(
+            "--spares",
+            min=0,
+            help="emulator processes kept started for scale-ups, so that a new replica "
+            "waits the modelled cold start only (default: max - min replicas, at most 4)",
+        ),
+    ] = None,
+    start_at: Annotated[
+        float | None,
+        typer.Option(
+            "--start-at",
+            help="Unix time of engine time zero (line up with `burstguard bench "
+            "--start-at`); default: once the first replicas serve",
+        ),
+    ] = None,
 ) -> None:
     """Run a local fleet: emulator processes as replicas, sized by POLICY from the
     gateway's metrics, each joining the backend file after a simulated cold start."""
@@ -118,12 +136,17 @@ def fleet_cmd(
 
     from burstguard.autoscale.config import load_policy
     from burstguard.autoscale.local_fleet import LocalFleet
+    from burstguard.clock import monotonic_at
 
     scaling = load_policy(policy).with_overrides(
         min_replicas=min_replicas, max_replicas=max_replicas, cold_start_s=cold_start_s
     )
     if scaling.min_replicas < 1:
         raise UserError("--min-replicas: a local fleet keeps at least one replica")
+    if start_at is not None and start_at <= time.time():
+        raise UserError(f"--start-at {start_at}: that time has passed (now {time.time():.1f})")
+    if spares is None:
+        spares = min(scaling.max_replicas - scaling.min_replicas, 4)
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
 
@@ -133,7 +156,10 @@ def fleet_cmd(
                 "--max-num-seqs", str(max_num_seqs)]  # fmt: skip
 
     async def main() -> dict[str, Any]:
-        fleet = LocalFleet(scaling, backend_file, gateway, argv, speedup=speedup, log_dir=log_dir)
+        fleet = LocalFleet(
+            scaling, backend_file, gateway, argv, speedup=speedup, log_dir=log_dir,
+            spares=spares, origin=None if start_at is None else monotonic_at(start_at),
+        )  # fmt: skip
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):  # stop cleanly: the books are written
             loop.add_signal_handler(sig, fleet.stop)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -125,6 +126,15 @@ def bench(
     workers: Annotated[
         int, _opt("--workers", help="Processes sending the one schedule", panel=_CLIENT)
     ] = 1,
+    start_at: Annotated[
+        float | None,
+        _opt(
+            "--start-at",
+            help="Unix time of the schedule's zero (line up with `burstguard fleet "
+            "--start-at`); default: at once",
+            panel=_CLIENT,
+        ),
+    ] = None,
 ) -> None:
     """Send bursty or steady load and measure TTFT/TPOT/ITL/E2E per request.
 
@@ -150,6 +160,8 @@ def bench(
     if workers > 1 and burst_cycle:
         raise UserError("--burst-cycle runs in one process (each burst waits for the whole "
                         "previous one): drop --workers")  # fmt: skip
+    if start_at is not None and start_at <= time.time():
+        raise UserError(f"--start-at {start_at}: that time has passed (now {time.time():.1f})")
     if (ramp_up or 0.0) < 0 or think_time < 0:
         raise UserError("--ramp-up and --think-time must be >= 0")
     chosen = sum(x is not None for x in (pattern_spec, workload_file, concurrency))
@@ -190,7 +202,7 @@ def bench(
         duration_s=None if workload_file else shape_spec.duration_s,  # a trace runs to its end
         scrape_url=metrics_url or (f"{base}/metrics" if scrape_metrics else None),
         slo=slo_target, seed=shape_spec.seed, cycle=_cycle(shape_spec) if burst_cycle else None,
-        workers=workers,
+        workers=workers, start_at=start_at,
     )  # fmt: skip
     if scenario == "steady-vs-burst":
         from burstguard.report.cli import exit_on

@@ -33,6 +33,7 @@ from burstguard.bench.payload import Api, PayloadBuilder
 from burstguard.bench.records import RecordWriter, RequestRecord
 from burstguard.bench.summary import Slo, summarize, write_summary
 from burstguard.client.retry import RetryBudget, RetryPolicy, retry_headers
+from burstguard.clock import schedule_origin
 from burstguard.gateway.upstream import UpstreamPool
 from burstguard.scrape import MetricsPoller
 from burstguard.workload.cycle import BurstCycle, CycleSpec
@@ -72,6 +73,8 @@ class BenchConfig:
     cycle: CycleSpec | None = None
     workers: int = 1
     """Processes sending the one schedule, split by request index (bench/workers.py)."""
+    start_at: float | None = None
+    """Unix time of the schedule's zero (None: as soon as the client is ready)."""
 
 
 def _us(seconds: float) -> float:
@@ -344,7 +347,7 @@ async def _run(
         except (NotImplementedError, RuntimeError, ValueError):
             pass
     run.client = stream.new_client(run.base, config.timeout_s)
-    run.origin = time.monotonic() + 0.05 if start_gate is None else await start_gate()
+    run.origin = schedule_origin(config.start_at) if start_gate is None else await start_gate()
     run.live.started_at = run.origin
     poller = None
     sink = None

@@ -23,6 +23,7 @@ from typing import Any
 
 from burstguard.bench.records import RecordWriter, RequestRecord, read_records
 from burstguard.bench.runner import BenchConfig, LiveCounts, Reporter, _run, new_loop
+from burstguard.clock import schedule_origin
 from burstguard.errors import UserError
 from burstguard.scrape import MetricsPoller
 from burstguard.workload.spec import Workload
@@ -109,7 +110,7 @@ async def _supervise(
             if any(p.exitcode is not None for p in procs) or time.monotonic() > deadline:
                 raise UserError("a bench worker did not start; see its error above")
             await asyncio.sleep(0.05)
-        origin.value = time.monotonic() + 0.05
+        origin.value = schedule_origin(config.start_at)
         start.set()
         poller = sink = None
         if config.scrape_url:

@@ -4,7 +4,9 @@ state machine, `burstguard.autoscale`) driving the gateway simulation's `Replica
 The controller decides and keeps the books (replicas series, replica-seconds, scale
 events); this entity only carries its effects out in virtual time: a replica that the
 fleet reports ready is added to the `ReplicaSet` (routable from then on), one it drains
-is drained there and reported back when its last request has finished. Signals are what
+is drained there and reported back when its last request has finished, each once the
+gateway's discovery would have seen the change (`discovery_lag_s`: the live gateway
+re-reads its backend file or DNS name on a timer). Signals are what
 the live gateway exports at that instant (`llm_request_queue_depth`,
 `burstguard_in_flight_requests`, `burstguard_arrivals_total`, `llm_request_total`).
 It also samples the gateway's queue once a second for the report.
@@ -26,8 +28,20 @@ from burstguard.autoscale import (
     Signals,
     StopReplica,
 )
+from burstguard.gateway.config import GatewayConfig
 from burstguard.sim.heap import EventHeap
 from burstguard.sim.replicas import ReplicaSet, replica_id
+
+
+def discovery_lag_s(config: GatewayConfig) -> float:
+    """Engine seconds from a replica's listing (or unlisting) to the gateway's router
+    seeing it: on average half the discovery source's check interval (wall seconds, so x
+    `engine_speedup`): the file's (`burstguard fleet`), else the DNS name's (Kubernetes),
+    else none (a static list, or the simulator's own replicas)."""
+    d = config.fleet.discovery
+    source = d.file or d.dns
+    return 0.0 if source is None else source.interval_s / 2 * config.engine_speedup
+
 
 AUTOSCALE = 4  # tie rank: after a step's end (0), arrivals (1), the scrape (2) and tick (3)
 SAMPLE_S = 1.0
@@ -46,8 +60,12 @@ class ScalingDriver:
         signals: Callable[[], Signals],
         active: Callable[[], bool],
         seed: int = 0,
+        discovery_lag_s: float = 0.0,
     ) -> None:
+        """`discovery_lag_s`: how long after the fleet's event the gateway's router takes
+        a ready replica in, or stops sending work to a draining one."""
         self.heap = heap
+        self.discovery_lag_s = discovery_lag_s
         self.replicas = replicas
         self.policy = policy
         self.controller: ScalingController = policy.build_controller(
@@ -87,15 +105,24 @@ class ScalingDriver:
 
     def carry_out(self, effects: list[FleetEffect], now: float) -> None:
         for e in effects:
-            if isinstance(e, ReplicaReady):
-                self.replicas.add_replica(replica_id(e.replica_id), now)
-            elif isinstance(e, DrainReplica):
-                self.replicas.drain_replica(
-                    replica_id(e.replica_id), now, functools.partial(self._drained, e.replica_id)
-                )
+            if isinstance(e, ReplicaReady | DrainReplica):
+                if self.discovery_lag_s == 0:
+                    self._route(e, now)
+                else:
+                    route = functools.partial(self._route, e)
+                    self.heap.at(now + self.discovery_lag_s, AUTOSCALE, route)
             elif isinstance(e, StopReplica) and e.reason == "drain_timeout":
                 pass  # the ReplicaSet lets its requests finish; the fleet stopped paying
         # StartReplica: nothing to do until the fleet says it is ready (its cold start)
+
+    def _route(self, e: ReplicaReady | DrainReplica, now: float) -> None:
+        """The router takes a ready replica in, or sends a draining one no more work."""
+        if isinstance(e, ReplicaReady):
+            self.replicas.add_replica(replica_id(e.replica_id), now)
+        else:
+            self.replicas.drain_replica(
+                replica_id(e.replica_id), now, functools.partial(self._drained, e.replica_id)
+            )
 
     def _drained(self, rid: int, now: float) -> None:
         self.carry_out(self.controller.drained(rid, now), now)

@@ -63,7 +63,7 @@ from burstguard.gateway.events import (
 )
 from burstguard.gateway.fleet.fleet import Fleet
 from burstguard.gateway.request import GatewayRequest
-from burstguard.sim.autoscaling import ScalingDriver
+from burstguard.sim.autoscaling import ScalingDriver, discovery_lag_s
 from burstguard.sim.heap import EventHeap
 from burstguard.sim.loop import RecordBook, SimResult, served_prompt
 from burstguard.sim.replicas import ReplicaSet, replica_id
@@ -142,7 +142,7 @@ class _GatewaySim:
             None
             if scaling is None
             else ScalingDriver(self.heap, self.replicas, scaling, replicas, self._signals,
-                               self._scaling_active, seed)
+                               self._scaling_active, seed, discovery_lag_s(gateway))
         )  # fmt: skip
 
     # -- clients -----------------------------------------------------------------------
