@@ -35,8 +35,6 @@ ROOT = Path(__file__).resolve().parent.parent
 POLICY = ROOT / "examples" / "scaling-demo-predictive.yaml"
 CLI = [sys.executable, "-m", "burstguard.cli"]
 SEQS = "4"
-BURST_SIZE = "8-12"
-PROBE_SEQS = "16"  # the probe's emulator: room for a whole burst
 START_MARGIN_S = 25.0  # wall seconds from launch to time zero
 OFF_GRID_S = 1.0  # the workload starts between the policy's 2 s ticks (see `delay`)
 QUEUED_S = 0.2  # TTFT above this: queued behind a burst (a lone one is ~25-50 ms)
@@ -55,9 +53,9 @@ def ttfts(records: Path) -> dict[str, float]:
     return {r["id"]: r["ttft_s"] for r in rows if r.get("ttft_s") is not None}
 
 
-def generate(out: Path, *args: str) -> None:
-    subprocess.run([*CLI, "generate", *args, "--prompt-tokens", "256", "--output-tokens", "64",
-                    "--seed", "7", "--out", str(out)],
+def generate(out: Path, prompt_tokens: int, *args: str) -> None:
+    subprocess.run([*CLI, "generate", *args, "--prompt-tokens", str(prompt_tokens),
+                    "--output-tokens", "64", "--seed", "7", "--out", str(out)],
                    check=True, stdout=subprocess.DEVNULL)  # fmt: skip
 
 
@@ -72,20 +70,33 @@ def delay(path: Path, by_s: float) -> None:
     path.write_text("\n".join([lines[0], *(json.dumps(r) for r in rows)]) + "\n")
 
 
-def hop_latency(work: Path, gateway_config: dict, speedup: float) -> tuple[float, float, float]:
+def hop_latency(
+    work: Path, gateway_config: dict, speedup: float, burst_size: str, prompt_tokens: int
+) -> tuple[float, float, float]:
     """(live TTFT p50, sim TTFT p50, their difference): bursts through a gateway and one
     emulator (the local fleet's replica) with a slot for each request, and in the sim."""
     probe = work / "probe"
     probe.mkdir()
+    seqs = burst_size.split("-")[-1]  # the probe's emulator: room for a whole burst
     trace = probe / "bursts.jsonl"
-    generate(trace, "burst", "--rate", "1", "--burst-size", BURST_SIZE, "--duration", "120")
+    generate(
+        trace,
+        prompt_tokens,
+        "burst",
+        "--rate",
+        "1",
+        "--burst-size",
+        burst_size,
+        "--duration",
+        "120",
+    )
     config = probe / "gateway.yaml"
     config.write_text(yaml.safe_dump(gateway_config))
     em_port, gw_port = free_port(), free_port()
     em_url, gw_url = f"http://127.0.0.1:{em_port}", f"http://127.0.0.1:{gw_port}"
     emulator = ManagedProcess(
         [*CLI, "emulate", "--profile", "llama3-8b-h100", "--host", "127.0.0.1", "--port",
-         str(em_port), "--speedup", str(speedup), "--max-num-seqs", PROBE_SEQS],
+         str(em_port), "--speedup", str(speedup), "--max-num-seqs", seqs],
         f"{em_url}/health", log_path=probe / "emulator.log",
     )  # fmt: skip
     gateway = ManagedProcess(
@@ -97,7 +108,7 @@ def hop_latency(work: Path, gateway_config: dict, speedup: float) -> tuple[float
                         "--speedup", str(speedup), "--out", str(probe / "live"), "--quiet"],
                        check=True, stdout=subprocess.DEVNULL)  # fmt: skip
     subprocess.run([*CLI, "sim", "--trace", str(trace), "--gateway", str(config),
-                    "--max-num-seqs", PROBE_SEQS, "--json", str(probe / "sim.json")],
+                    "--max-num-seqs", seqs, "--json", str(probe / "sim.json")],
                    check=True, stdout=subprocess.DEVNULL)  # fmt: skip
     live = json.loads((probe / "live" / "summary.json").read_text())["ttft_s"]["p50"]
     sim = json.loads((probe / "sim.json").read_text())["ttft_s"]["p50"]
@@ -108,10 +119,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--duration", type=float, default=300.0, help="engine seconds of traffic")
     ap.add_argument("--speedup", type=float, default=4.0)
+    ap.add_argument("--burst-size", default="8-12", help="requests per burst, MIN-MAX")
+    ap.add_argument("--prompt-tokens", type=int, default=256, help="mean prompt length")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fleet-sim-vs-live-"))
     trace = work / "burst.jsonl"
-    generate(trace, "burst", "--rate", "4", "--burst-size", BURST_SIZE,
+    generate(trace, args.prompt_tokens, "burst", "--rate", "4", "--burst-size", args.burst_size,
              "--duration", str(args.duration))  # fmt: skip
     delay(trace, OFF_GRID_S)
     backends, books_path = work / "backends.txt", work / "fleet.json"
@@ -119,7 +132,9 @@ def main() -> None:
     gw_url = f"http://127.0.0.1:{gw_port}"
     base = {"engine_speedup": args.speedup,
             "classes": [{"name": "standard", "rank": 0, "queue_deadline_s": 300.0}]}  # fmt: skip
-    probe_live, probe_sim, hop = hop_latency(work, base, args.speedup)
+    probe_live, probe_sim, hop = hop_latency(
+        work, base, args.speedup, args.burst_size, args.prompt_tokens
+    )
     print(f"burst probe: TTFT p50 live {probe_live * 1000:.1f} ms, sim {probe_sim * 1000:.1f} ms "
           f"-> --hop-latency-s {hop:.4f}")  # fmt: skip
     config = work / "gateway.yaml"
