@@ -113,6 +113,18 @@ def test_duplicate_and_bad_backends_name_the_field() -> None:
     with pytest.raises(UserError, match=r"f\.txt:3: .* same backend as line 1"):
         parse_backend_file("http://x:1\n\nhttp://x:1/\n", "f.txt")
     assert check_backend_urls(["http://[::1]:8000/v1/"], "backends") == ("http://[::1]:8000/v1",)
+    for bad, why in (
+        ("http://a b:8000", "is not an http"),  # urlsplit takes it; no resolver would
+        ("http://a%20b:8000", "is not an http"),
+        ("http://[::1:8000", "is not a URL"),  # urlsplit's ValueError, named
+        ("http://[zz::1]:8000", "is not a URL"),
+        ("http://user:pw@h:8000", "no user, query or fragment"),  # it would be dropped
+        ("http://h:8000/?token=x", "no user, query or fragment"),
+    ):
+        with pytest.raises(UserError, match=rf"backends\.0: .*{why}"):
+            check_backend_urls([bad], "backends")
+        with pytest.raises(UserError, match=rf"f\.txt:2: .*{why}"):
+            parse_backend_file(f"http://ok:1\n{bad}\n", "f.txt")
 
 
 async def test_dns_is_re_resolved_and_a_failure_keeps_the_last_list() -> None:
