@@ -63,12 +63,18 @@ _register_all()
 
 
 def main() -> None:
-    """Entry point: user errors become one line on stderr and exit code 2."""
+    """Entry point: user errors, and a file that cannot be read or written, become one
+    line on stderr and exit code 2."""
     try:
         app()
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    except OSError as exc:
+        if exc.filename is None:  # not about a path the user named: a bug to see whole
+            raise
+        print(f"error: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        sys.exit(UserError.exit_code)
 
 
 if __name__ == "__main__":
