@@ -17,3 +17,20 @@ def read_user_text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         where = f"{exc.reason} at byte {exc.start}"
         raise UserError(f"{path}: not a UTF-8 text file ({where})") from None
+
+
+def check_writable(path: Path, flag: str) -> None:
+    """Refuses now, not after a long run whose results would be lost, an output file that
+    cannot be created: its folder is made, the file opened to append (and removed again
+    if it did not exist)."""
+    existed = path.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise UserError(
+            f"{flag} {path}: cannot write it ({exc.filename}: {exc.strerror})"
+        ) from None
+    if not existed:
+        path.unlink()

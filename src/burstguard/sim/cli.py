@@ -12,7 +12,7 @@ import typer
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.options import engine_options
 from burstguard.engine.profile import Profile
-from burstguard.errors import UserError
+from burstguard.errors import UserError, check_writable
 from burstguard.workload.options import TraceFileOption, TraceFormatOption, pattern_options
 from burstguard.workload.synth import PatternSpec
 
@@ -164,6 +164,9 @@ def sim(
         slo_target = Slo.parse(slo)
     except ValueError as exc:
         raise UserError(f"--slo: {exc}") from None
+    for flag, path in (("--json", json_out), ("--records", records_out)):
+        if path is not None:
+            check_writable(path, flag)
     gateway_config = None
     scaling = None
     if autoscaler is None and (min_replicas, max_replicas, cold_start_s) != (None,) * 3:

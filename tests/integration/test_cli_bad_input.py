@@ -1,0 +1,54 @@
+"""Bad input to the planning commands is refused at once, before any long run, with one
+line naming the flag (exit 2): never a traceback, never results computed and then lost."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from tests.conftest import BURSTGUARD
+
+PATTERN = ["--pattern", "poisson", "--rate", "2", "--duration", "5", "--profile", "instant"]
+FLEET = ["fleet", "--policy", "keda-queue", "--max-replicas", "1", "--cold-start-s", "0"]
+
+
+def refused(args: list[str], *needles: str) -> None:
+    res = subprocess.run([*BURSTGUARD, *args], capture_output=True, text=True, timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode == 2, out
+    assert "Traceback" not in out, out
+    for needle in needles:
+        assert needle in out, out
+
+
+@pytest.fixture
+def blocked(tmp_path: Path) -> Path:
+    """A path whose folder is a file: it cannot be created, even by root."""
+    (tmp_path / "afile").write_text("")
+    return tmp_path / "afile" / "out.json"
+
+
+def test_tune_refuses_an_unwritable_json_before_searching(blocked: Path) -> None:
+    """It used to search, print the winner, then die on the write with a traceback."""
+    refused(["tune", *PATTERN, "--axis", "max-num-seqs=8,16", "--json", str(blocked)],
+            f"--json {blocked}: cannot write it")  # fmt: skip
+
+
+def test_sim_refuses_unwritable_outputs_before_simulating(blocked: Path) -> None:
+    refused(["sim", *PATTERN, "--records", str(blocked)], f"--records {blocked}: cannot write")
+    refused(["sim", *PATTERN, "--json", str(blocked)], f"--json {blocked}: cannot write")
+
+
+def test_fleet_refuses_a_bad_gateway_url_duration_or_output(tmp_path: Path, blocked: Path) -> None:
+    """Each of these used to start emulators: `--gateway notaurl` ran the fleet blind, a
+    negative --duration ran it not at all (exit 0), an unwritable --file or --json was a
+    traceback (the books lost at the end)."""
+    backends = str(tmp_path / "backends.txt")
+    gw = ["--gateway", "http://127.0.0.1:9"]
+    refused([*FLEET, "--gateway", "notaurl", "--file", backends], "--gateway: 'notaurl'")
+    refused([*FLEET, *gw, "--file", backends, "--duration", "-1"], "--duration must be > 0")
+    refused([*FLEET, *gw, "--file", str(blocked)], f"--file {blocked}: cannot write")
+    refused([*FLEET, *gw, "--file", backends, "--duration", "1", "--json", str(blocked)],
+            f"--json {blocked}: cannot write")  # fmt: skip
+    assert not (tmp_path / "backends.txt").exists()  # the checks leave nothing behind
