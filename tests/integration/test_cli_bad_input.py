@@ -1,5 +1,5 @@
-"""Bad input to the planning commands is refused at once, before any long run, with one
-line naming the flag (exit 2): never a traceback, never results computed and then lost."""
+"""Bad input to the commands is refused at once, before any long run or server start, with
+one line naming the flag (exit 2): never a traceback, never results computed and lost."""
 
 from __future__ import annotations
 
@@ -52,3 +52,11 @@ def test_fleet_refuses_a_bad_gateway_url_duration_or_output(tmp_path: Path, bloc
     refused([*FLEET, *gw, "--file", backends, "--duration", "1", "--json", str(blocked)],
             f"--json {blocked}: cannot write")  # fmt: skip
     assert not (tmp_path / "backends.txt").exists()  # the checks leave nothing behind
+
+
+def test_emulate_refuses_a_port_out_of_range_and_a_speedup_that_is_not_a_number() -> None:
+    """`--port 99999` printed its banner and served on no port it named; `--speedup nan`
+    served at "nanx" (`x <= 0` lets nan through)."""
+    refused(["emulate", "--port", "99999"], "--port")
+    refused(["emulate", "--speedup", "nan"], "--speedup must be a finite number > 0 (got nan)")
+    refused(["emulate", "--speedup", "inf"], "--speedup must be a finite number > 0 (got inf)")
