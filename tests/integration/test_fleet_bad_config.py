@@ -38,9 +38,9 @@ def test_duplicate_backends(tmp_path: Path) -> None:
     res = run_gateway(
         tmp_path, {}, "--backend", "http://127.0.0.1:9", "--backend", "http://127.0.0.1:9/"
     )
-    assert_refused(res, "--backend.1", "same backend as --backend.0")
+    assert_refused(res, "--backend 2", "same backend as --backend 1")
     res = run_gateway(tmp_path, {}, "--backend", "http://127.0.0.1:9", "--backend", "http://a b")
-    assert_refused(res, "--backend.1", "'http://a b' is not an http")
+    assert_refused(res, "--backend 2", "'http://a b' is not an http")
     res = run_gateway(tmp_path, {"backends": [{"url": "http://h:1"}, {"url": "HTTP://H:1"}]})
     assert_refused(res, "backends.1", "same backend as backends.0")
 

@@ -104,7 +104,7 @@ def test_duplicate_backends_are_an_error_naming_both_places(tmp_path: Path) -> N
         UserError, match=r"backends\.1: 'http://A:8000/' is the same backend as backends\.0"
     ):
         load_config(path, None, None, None)
-    with pytest.raises(UserError, match=r"backends\.1: .* same backend as backends\.0"):
+    with pytest.raises(UserError, match=r"--backend 2: .* same backend as --backend 1"):
         load_config(None, ["http://x:1", "http://X:1/"], None, None)
     with pytest.raises(UserError, match=r"--backend 2: 'x:1' is not an http"):
         load_config(None, ["http://x:1", "x:1"], None, None)

@@ -30,7 +30,7 @@ def load_config(
         data = base.model_dump(mode="python", exclude_unset=True)
         source = str(config)
     if backends:
-        check_backend_urls(backends, "--backend")  # named as typed, not as backends.N
+        check_backend_urls(backends, "--backend", flag=True)  # named as typed
         given = [dict(b) for b in data.get("backends", ())]
         template = {k: v for k, v in (given[0] if given else {}).items() if k != "metrics_url"}
         data["backends"] = [{**template, "url": url} for url in backends]

@@ -122,7 +122,8 @@ class Release:
 @dataclass(frozen=True, slots=True)
 class Reject:
     """Answer 429 with this Retry-After (seconds of the core's clock). `reason`: queue_full,
-    deadline (at admission or expired in the queue) or evicted."""
+    deadline (at admission or expired in the queue), evicted, or no_backend (every
+    backend down longer than `fleet.health.max_outage_wait_s`)."""
 
     req: GatewayRequest
     reason: str

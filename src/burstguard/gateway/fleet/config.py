@@ -57,6 +57,12 @@ class HealthConfig(_Strict):
     metrics_stale_s: float = Field(
         2.0, gt=0, description="older metrics count as saturated (llm-d's staleness bound)"
     )
+    max_outage_wait_s: float = Field(
+        10.0, gt=0, description="once every known backend has been unhealthy this long, the "
+        "queue stops waiting for one: queued and new requests get 429 no_backend with a "
+        "Retry-After until one is healthy (a class without queue_deadline_s would otherwise "
+        "wait forever); no backend known at all (scaling from zero) is not an outage",
+    )  # fmt: skip
 
 
 class RouterConfig(_Strict):
@@ -154,14 +160,21 @@ def normalize_backend_url(url: str, field: str) -> str:
     return f"{parts.scheme.lower()}://{netloc}{parts.path.rstrip('/')}"
 
 
-def check_backend_urls(urls: list[str] | tuple[str, ...], field: str) -> tuple[str, ...]:
-    """The normalised URLs of a static list; a duplicate is a UserError naming its index."""
+def check_backend_urls(
+    urls: list[str] | tuple[str, ...], field: str, flag: bool = False
+) -> tuple[str, ...]:
+    """The normalised URLs of a static list; a bad or repeated one is a UserError naming
+    its place: `field.0` in a config, `--backend 1` for a repeated flag (`flag`)."""
+
+    def where(i: int) -> str:
+        return f"{field} {i + 1}" if flag else f"{field}.{i}"
+
     seen: dict[str, int] = {}
     for i, url in enumerate(urls):
-        norm = normalize_backend_url(url, f"{field}.{i}")
+        norm = normalize_backend_url(url, where(i))
         if norm in seen:
             raise UserError(
-                f"{field}.{i}: {url!r} is the same backend as {field}.{seen[norm]} "
+                f"{where(i)}: {url!r} is the same backend as {where(seen[norm])} "
                 f"({urls[seen[norm]]!r}); list each backend once"
             )
         seen[norm] = i

@@ -323,6 +323,10 @@ class Fleet:
             for u in self._members.active
         )
 
+    def down(self, now: float) -> bool:
+        """Backends are listed and none is healthy (an outage, not a fleet scaled to zero)."""
+        return bool(self._members.active) and not self.ready(now)
+
     def stats(self, now: float) -> list[BackendStats]:
         out = []
         for url in self.backends:
