@@ -99,3 +99,33 @@ def test_ready_while_one_backend_is_healthy(tmp_path: Path, emulator: str) -> No
         time.sleep(1.5)
         status, body = ready(gw.base_url)  # type: ignore[attr-defined]
         assert status == 503 and "no healthy backend" in str(body)
+
+
+def test_every_backend_down_is_answered_not_held(tmp_path: Path) -> None:
+    """Two backends where nothing listens, both circuits open, and a class with no queue
+    deadline: a request is answered 429 no_backend with a Retry-After once the outage has
+    lasted `max_outage_wait_s`, and the next one at once (it used to be held until the
+    client gave up)."""
+    dead = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
+    cfg = {"classes": [{"name": "only", "rank": 0}], "default_class": "only",
+           "fleet": {"health": {"max_outage_wait_s": 2.0}}}  # fmt: skip
+    body = json.dumps({"model": "m", "prompt": "hi", "max_tokens": 3}).encode()
+
+    def post(base: str) -> tuple[int, str | None, dict[str, object], float]:
+        req = urllib.request.Request(base + "/v1/completions", data=body)
+        t0 = time.monotonic()
+        try:
+            with urllib.request.urlopen(req, timeout=20) as resp:
+                return resp.status, None, json.loads(resp.read()), time.monotonic() - t0
+        except urllib.error.HTTPError as exc:
+            retry = exc.headers.get("retry-after")
+            return exc.code, retry, json.loads(exc.read()), time.monotonic() - t0
+
+    with start_fleet_gateway(tmp_path, dead, cfg) as gw:
+        base = gw.base_url  # type: ignore[attr-defined]
+        time.sleep(1.5)  # failed probes open both circuits: a request now can only wait
+        for within_s in (10.0, 0.5):
+            status, retry, answer, took = post(base)
+            assert status == 429 and retry is not None and int(retry) >= 1, answer
+            assert answer["error"]["code"] == "no_backend", answer  # type: ignore[index]
+            assert took < within_s
