@@ -70,9 +70,10 @@ class Fail:
 @dataclass(frozen=True, slots=True)
 class BackendFailed:
     """The request's backend failed it: `reason` is one of `fleet.FAILURE_REASONS`
-    (connect, reset, status_5xx, timeout). `started`: its client already holds part of
-    the answer (then only a resumable request may go on elsewhere). The core answers with
-    a `Release` to another backend (failover), by queueing it again, or with `Abandon`."""
+    (connect, reset, status_5xx, timeout, bad_answer: a 200 that is not JSON). `started`:
+    its client already holds part of the answer (then only a resumable request may go on
+    elsewhere). The core answers with a `Release` to another backend (failover), by
+    queueing it again, or with `Abandon`."""
 
     request_id: str
     reason: str

@@ -20,7 +20,7 @@ from burstguard.gateway.fleet.retry_budget import RetryBudget
 from burstguard.gateway.fleet.router import BackendView, Router, RouteRequest
 from burstguard.gateway.request import BackendState
 
-FAILURE_REASONS = ("connect", "reset", "status_5xx", "timeout")
+FAILURE_REASONS = ("connect", "reset", "status_5xx", "timeout", "bad_answer")
 """Passive failures the core reports; each counts towards the backend's circuit breaker."""
 
 
