@@ -60,3 +60,22 @@ def test_emulate_refuses_a_port_out_of_range_and_a_speedup_that_is_not_a_number(
     refused(["emulate", "--port", "99999"], "--port")
     refused(["emulate", "--speedup", "nan"], "--speedup must be a finite number > 0 (got nan)")
     refused(["emulate", "--speedup", "inf"], "--speedup must be a finite number > 0 (got inf)")
+
+
+def test_sim_refuses_a_fleet_it_cannot_start_and_a_cold_start_that_never_ends(
+    tmp_path: Path,
+) -> None:
+    """`--min-replicas 100000` started 100,000 engine cores (a minute later, still
+    starting); `--cold-start-s inf` or nan, or `cold_start: .inf` in a policy file,
+    simulated replicas that never serve, exit 0."""
+    scaled = ["sim", *PATTERN, "--autoscaler", "keda-queue"]
+    refused([*scaled, "--min-replicas", "100000", "--max-replicas", "100000"],
+            "the simulation starts at most 1024 replicas")  # fmt: skip
+    for bad in ("inf", "nan"):
+        refused(
+            [*scaled, "--cold-start-s", bad], f"--cold-start-s must be finite and >= 0 (got {bad})"
+        )
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("kind: keda\ncold_start: .inf\n"
+                      "keda: {query: {metric: llm_request_queue_depth}, target: 5}\n")  # fmt: skip
+    refused(["sim", *PATTERN, "--autoscaler", str(policy)], "cold_start: seconds must be finite")

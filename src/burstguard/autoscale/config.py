@@ -10,6 +10,7 @@ Every preset and field is documented in docs/autoscaling.md.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Literal
 
@@ -59,8 +60,8 @@ class ScalingPolicy(BaseModel):
                 f"cold_start: unknown preset {self.cold_start!r}; "
                 f"one of {sorted(COLD_START_PRESETS)}, seconds, or a list of phases"
             )
-        if isinstance(self.cold_start, float | int) and self.cold_start < 0:
-            raise ValueError("cold_start: seconds must be >= 0")
+        if isinstance(self.cold_start, float | int) and not 0 <= self.cold_start < math.inf:
+            raise ValueError("cold_start: seconds must be finite and >= 0")
         if self.drain_timeout_s < 0:
             raise ValueError("drain_timeout_s must be >= 0")
         return self
@@ -108,8 +109,8 @@ class ScalingPolicy(BaseModel):
             raise UserError(f"{self.kind}: {exc}") from None
         update: dict[str, object] = {self.kind: params}
         if cold_start_s is not None:
-            if cold_start_s < 0:
-                raise UserError("--cold-start-s must be >= 0")
+            if not 0 <= cold_start_s < math.inf:  # nan and inf too
+                raise UserError(f"--cold-start-s must be finite and >= 0 (got {cold_start_s:g})")
             update["cold_start"] = float(cold_start_s)
         return self.model_copy(update=update)
 

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from burstguard.gateway.config import GatewayConfig
     from burstguard.sim.loop import SimResult
 
+MAX_REPLICAS = 1024  # replicas one simulation starts with at most (each is an engine core)
+
 
 @pattern_options()
 @engine_options
@@ -50,7 +52,7 @@ def sim(
         typer.Option(
             "--replicas",
             min=0,
-            max=1024,
+            max=MAX_REPLICAS,
             help="Engine replicas behind the gateway's router (needs --gateway or "
             "--autoscaler); with --autoscaler, the count it starts from (default: its minimum).",
         ),
@@ -187,6 +189,10 @@ def sim(
             )
         if replicas < 1:
             raise UserError("--replicas: the simulation starts with at least one replica")
+        if replicas > MAX_REPLICAS:
+            raise UserError(
+                f"--min-replicas {replicas}: the simulation starts at most {MAX_REPLICAS} replicas"
+            )
     replicas = replicas or 1
     if replicas > 1 and gateway is None and scaling is None:
         raise UserError("--replicas: needs --gateway CONFIG (the router that spreads them)")
