@@ -16,7 +16,9 @@ from burstguard.errors import UserError
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # YAML reads .inf and .nan as floats: no setting here means either (an infinite
+    # interval or timeout stalls the loop that uses it, or crashes it converting to int)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class DnsDiscovery(_Strict):
