@@ -67,7 +67,7 @@ def test_sim_refuses_a_fleet_it_cannot_start_and_a_cold_start_that_never_ends(
 ) -> None:
     """`--min-replicas 100000` started 100,000 engine cores (a minute later, still
     starting); `--cold-start-s inf` or nan, or `cold_start: .inf` in a policy file,
-    simulated replicas that never serve, exit 0."""
+    simulated replicas that never serve, exit 0; `target: .nan` was a traceback."""
     scaled = ["sim", *PATTERN, "--autoscaler", "keda-queue"]
     refused([*scaled, "--min-replicas", "100000", "--max-replicas", "100000"],
             "the simulation starts at most 1024 replicas")  # fmt: skip
@@ -78,4 +78,9 @@ def test_sim_refuses_a_fleet_it_cannot_start_and_a_cold_start_that_never_ends(
     policy = tmp_path / "policy.yaml"
     policy.write_text("kind: keda\ncold_start: .inf\n"
                       "keda: {query: {metric: llm_request_queue_depth}, target: 5}\n")  # fmt: skip
-    refused(["sim", *PATTERN, "--autoscaler", str(policy)], "cold_start: seconds must be finite")
+    refused(["sim", *PATTERN, "--autoscaler", str(policy)], "cold_start: must be a finite number")
+    policy.write_text(
+        "kind: keda\nkeda: {query: {metric: llm_request_queue_depth}, target: .nan}\n"
+    )
+    refused(["sim", *PATTERN, "--autoscaler", str(policy)],  # was a ValueError traceback
+            "keda.target: must be a finite number (got nan)")  # fmt: skip

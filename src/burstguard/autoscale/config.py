@@ -48,6 +48,25 @@ class ScalingPolicy(BaseModel):
     kpa: KpaParams | None = None
     predictive: PredictiveParams | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _finite(cls, data: object) -> object:
+        """YAML reads .inf and .nan as floats, and the cores' `x <= 0` checks let nan
+        through (then a crash converting it, or a policy that never acts): none is taken,
+        at any depth of the file."""
+
+        def walk(x: object, path: str) -> None:
+            if isinstance(x, float) and not math.isfinite(x):
+                raise ValueError(f"{path}: must be a finite number (got {x})")
+            items = (
+                x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()
+            )
+            for k, v in items:
+                walk(v, f"{path}.{k}" if path else str(k))
+
+        walk(data, "")
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> ScalingPolicy:
         given = [k for k in ("keda", "kpa", "predictive") if getattr(self, k) is not None]
@@ -60,8 +79,8 @@ class ScalingPolicy(BaseModel):
                 f"cold_start: unknown preset {self.cold_start!r}; "
                 f"one of {sorted(COLD_START_PRESETS)}, seconds, or a list of phases"
             )
-        if isinstance(self.cold_start, float | int) and not 0 <= self.cold_start < math.inf:
-            raise ValueError("cold_start: seconds must be finite and >= 0")
+        if isinstance(self.cold_start, float | int) and self.cold_start < 0:  # finite: _finite
+            raise ValueError("cold_start: seconds must be >= 0")
         if self.drain_timeout_s < 0:
             raise ValueError("drain_timeout_s must be >= 0")
         return self
