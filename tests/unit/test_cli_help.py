@@ -69,3 +69,11 @@ def test_the_readme_command_table_lists_every_command() -> None:
     listed = {row.split()[2].rstrip("`") for row in rows}
     top = {name for path, _ in COMMANDS if len(path) == 1 for name in path}
     assert sorted((top | {"diagnose"}) - listed) == []
+
+
+def test_every_option_and_argument_says_what_it_is() -> None:
+    """A flag listed with only its type and default (`fleet --min-replicas`, `engines
+    install --python` were) tells a new user nothing."""
+    bare = [(" ".join(path), p.name) for path, cmd in COMMANDS for p in cmd.params
+            if p.name != "help" and not (getattr(p, "help", None) or "").strip()]  # fmt: skip
+    assert bare == []
