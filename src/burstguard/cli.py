@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import typer
@@ -57,6 +58,11 @@ def _register_all() -> None:
         module.register(app)
     __import__("burstguard.autoscale.cli", fromlist=["register"]).register(app)
     __import__("burstguard.tune.cli", fromlist=["register"]).register(app)
+    for info in app.registered_commands:
+        # the root's list shows a docstring's first paragraph with its line breaks kept
+        # (a summary wrapped mid-sentence); one line per command there
+        doc = inspect.cleandoc(info.help or (info.callback.__doc__ if info.callback else "") or "")
+        info.short_help = info.short_help or " ".join(doc.split("\n\n")[0].split())
 
 
 _register_all()

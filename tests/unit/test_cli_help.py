@@ -77,3 +77,13 @@ def test_every_option_and_argument_says_what_it_is() -> None:
     bare = [(" ".join(path), p.name) for path, cmd in COMMANDS for p in cmd.params
             if p.name != "help" and not (getattr(p, "help", None) or "").strip()]  # fmt: skip
     assert bare == []
+
+
+def test_the_root_lists_each_command_summary_unbroken() -> None:
+    """On a wide terminal each summary is one line: the docstrings' own line breaks showed
+    (`sim  Simulate one engine (or, ... replicas behind the` / `gateway's router) ...`)."""
+    result = RUNNER.invoke(app, ["--help"], env={"COLUMNS": "300"})
+    rows = {line.split()[1]: line for line in result.output.splitlines()
+            if line.startswith("│ ") and len(line.split()) > 2}  # fmt: skip
+    assert "gateway's router) on a workload" in rows["sim"]
+    assert "the fix." in rows["diagnose"] and "simulated cold start." in rows["fleet"]
