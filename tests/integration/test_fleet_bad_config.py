@@ -64,6 +64,14 @@ def test_required_redis_unreachable_names_the_field(tmp_path: Path) -> None:
     assert_refused(run_gateway(tmp_path, cfg, "--backend", "http://127.0.0.1:9"), "fleet.redis.url")
 
 
+def test_a_redis_url_its_client_cannot_parse_names_the_field(tmp_path: Path) -> None:
+    """A port out of range or a bad option: the client's ValueError was a traceback."""
+    for url, why in (("redis://127.0.0.1:99999", "Port out of range"),
+                     ("redis://127.0.0.1:1?socket_timeout=abc", "socket_timeout")):  # fmt: skip
+        res = run_gateway(tmp_path, {"fleet": {"redis": {"url": url}}}, "--backend", "http://h:1")
+        assert_refused(res, "fleet.redis.url", why)
+
+
 def test_optional_redis_unreachable_serves_degraded(tmp_path: Path, emulator: str) -> None:
     port = free_port()
     cfg = {"fleet": {"redis": {"url": f"redis://127.0.0.1:{port}"}}}

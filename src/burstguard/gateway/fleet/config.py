@@ -123,6 +123,10 @@ class RedisConfig(_Strict):
     def _redis_url(cls, url: str | None) -> str | None:
         if url is not None and urlsplit(url).scheme not in ("redis", "rediss", "unix"):
             raise ValueError("expected redis://host:port[/db], rediss://... or unix://path")
+        if url is not None:  # the client's own parser (a bad port or option), at load
+            from redis.connection import parse_url
+
+            parse_url(url)  # its ValueError names what is wrong
         return url
 
 
