@@ -64,6 +64,14 @@ def test_required_redis_unreachable_names_the_field(tmp_path: Path) -> None:
     assert_refused(run_gateway(tmp_path, cfg, "--backend", "http://127.0.0.1:9"), "fleet.redis.url")
 
 
+def test_a_dns_name_the_resolver_cannot_encode_names_the_field(tmp_path: Path) -> None:
+    """An empty or over-long label is the resolver's UnicodeError (not an OSError): it was
+    a traceback at start."""
+    for name in ("a..b", "a" * 300):
+        cfg = {"fleet": {"discovery": {"dns": {"name": name, "port": 8000}}}}
+        assert_refused(run_gateway(tmp_path, cfg), "fleet.discovery.dns.name", "not a host name")
+
+
 def test_a_redis_url_its_client_cannot_parse_names_the_field(tmp_path: Path) -> None:
     """A port out of range or a bad option: the client's ValueError was a traceback."""
     for url, why in (("redis://127.0.0.1:99999", "Port out of range"),

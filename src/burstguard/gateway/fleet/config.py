@@ -29,6 +29,15 @@ class DnsDiscovery(_Strict):
     scheme: Literal["http", "https"] = "http"
     interval_s: float = Field(5.0, gt=0, description="re-resolve this often")
 
+    @field_validator("name")
+    @classmethod
+    def _host_name(cls, name: str) -> str:
+        try:  # an empty or over-long label is a UnicodeError from the resolver, not OSError
+            name.encode("idna")
+        except UnicodeError as exc:
+            raise ValueError(f"not a host name ({exc})") from None
+        return name
+
 
 class FileDiscovery(_Strict):
     """A file listing backend URLs, one per line (`#` comments), re-read when it changes."""
