@@ -84,3 +84,14 @@ def test_sim_refuses_a_fleet_it_cannot_start_and_a_cold_start_that_never_ends(
     )
     refused(["sim", *PATTERN, "--autoscaler", str(policy)],  # was a ValueError traceback
             "keda.target: must be a finite number (got nan)")  # fmt: skip
+
+
+def test_fleet_says_when_the_gateway_it_scales_on_is_unreachable(tmp_path: Path) -> None:
+    """It ran blind in silence: the policy saw no load and nobody was told why."""
+    res = subprocess.run(
+        [*BURSTGUARD, *FLEET, "--gateway", "http://127.0.0.1:9", "--duration", "1.5",
+         "--file", str(tmp_path / "backends.txt")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("gateway http://127.0.0.1:9/metrics unreachable") == 1, res.stderr
