@@ -95,3 +95,9 @@ def test_fleet_says_when_the_gateway_it_scales_on_is_unreachable(tmp_path: Path)
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert res.stderr.count("gateway http://127.0.0.1:9/metrics unreachable") == 1, res.stderr
+
+
+def test_calibrate_refuses_an_unwritable_profile_before_probing(blocked: Path) -> None:
+    """It probed the engine for minutes, then failed on the write."""
+    refused(["calibrate", "--target", "http://127.0.0.1:9", "--out", str(blocked)],
+            f"--out {blocked}: cannot write it")  # fmt: skip
