@@ -8,9 +8,19 @@ fleet deciding on it) start their time zero at the same instant this way, so the
 
 from __future__ import annotations
 
+import math
 import time
 
-__all__ = ["monotonic_at", "schedule_origin"]
+from burstguard.errors import UserError
+
+__all__ = ["check_start_at", "monotonic_at", "schedule_origin"]
+
+
+def check_start_at(start_at: float | None) -> None:
+    """`--start-at` is a Unix time still to come (nan, a past time, and inf, which would
+    wait for ever, are refused)."""
+    if start_at is not None and not time.time() < start_at < math.inf:
+        raise UserError(f"--start-at {start_at}: not a Unix time to come (now {time.time():.1f})")
 
 
 def monotonic_at(unix_s: float) -> float:

@@ -101,3 +101,14 @@ def test_calibrate_refuses_an_unwritable_profile_before_probing(blocked: Path) -
     """It probed the engine for minutes, then failed on the write."""
     refused(["calibrate", "--target", "http://127.0.0.1:9", "--out", str(blocked)],
             f"--out {blocked}: cannot write it")  # fmt: skip
+
+
+def test_start_at_must_be_a_unix_time_to_come(tmp_path: Path) -> None:
+    """`--start-at inf` waited for ever for time zero, nan went on as a schedule of nans;
+    one check for bench and fleet."""
+    bench = ["bench", "--target", "http://127.0.0.1:9", "--pattern", "poisson", "--rate", "1",
+             "--duration", "1", "--out", str(tmp_path / "run")]  # fmt: skip
+    for bad in ("inf", "nan", "1"):
+        refused([*bench, "--start-at", bad], "not a Unix time to come")
+    refused([*FLEET, "--gateway", "http://127.0.0.1:9", "--file", str(tmp_path / "b.txt"),
+             "--start-at", "nan"], "--start-at nan: not a Unix time to come")  # fmt: skip

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -140,7 +139,7 @@ def fleet_cmd(
 
     from burstguard.autoscale.config import load_policy
     from burstguard.autoscale.local_fleet import LocalFleet
-    from burstguard.clock import monotonic_at
+    from burstguard.clock import check_start_at, monotonic_at
     from burstguard.gateway.fleet.config import normalize_backend_url
 
     scaling = load_policy(policy).with_overrides(
@@ -148,8 +147,7 @@ def fleet_cmd(
     )
     if scaling.min_replicas < 1:
         raise UserError("--min-replicas: a local fleet keeps at least one replica")
-    if start_at is not None and start_at <= time.time():
-        raise UserError(f"--start-at {start_at}: that time has passed (now {time.time():.1f})")
+    check_start_at(start_at)
     if spares is None:
         spares = min(scaling.max_replicas - scaling.min_replicas, 4)
     normalize_backend_url(gateway, "--gateway")
