@@ -17,10 +17,14 @@ __all__ = ["check_start_at", "monotonic_at", "schedule_origin"]
 
 
 def check_start_at(start_at: float | None) -> None:
-    """`--start-at` is a Unix time still to come (nan, a past time, and inf, which would
-    wait for ever, are refused)."""
-    if start_at is not None and not time.time() < start_at < math.inf:
-        raise UserError(f"--start-at {start_at}: not a Unix time to come (now {time.time():.1f})")
+    """`--start-at` is a Unix time still to come (nan, and inf, which would wait for ever,
+    are refused too)."""
+    if start_at is None:
+        return
+    if not math.isfinite(start_at):
+        raise UserError(f"--start-at {start_at}: not a Unix time (now {time.time():.1f})")
+    if start_at <= time.time():
+        raise UserError(f"--start-at {start_at}: that time has passed (now {time.time():.1f})")
 
 
 def monotonic_at(unix_s: float) -> float:
