@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import typer
@@ -57,18 +58,29 @@ def _register_all() -> None:
         module.register(app)
     __import__("burstguard.autoscale.cli", fromlist=["register"]).register(app)
     __import__("burstguard.tune.cli", fromlist=["register"]).register(app)
+    for info in app.registered_commands:
+        # the root's list shows a docstring's first paragraph with its line breaks kept
+        # (a summary wrapped mid-sentence); one line per command there
+        doc = inspect.cleandoc(info.help or (info.callback.__doc__ if info.callback else "") or "")
+        info.short_help = info.short_help or " ".join(doc.split("\n\n")[0].split())
 
 
 _register_all()
 
 
 def main() -> None:
-    """Entry point: user errors become one line on stderr and exit code 2."""
+    """Entry point: user errors, and a file that cannot be read or written, become one
+    line on stderr and exit code 2."""
     try:
         app()
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    except OSError as exc:
+        if exc.filename is None:  # not about a path the user named: a bug to see whole
+            raise
+        print(f"error: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        sys.exit(UserError.exit_code)
 
 
 if __name__ == "__main__":

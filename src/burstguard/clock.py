@@ -8,9 +8,23 @@ fleet deciding on it) start their time zero at the same instant this way, so the
 
 from __future__ import annotations
 
+import math
 import time
 
-__all__ = ["monotonic_at", "schedule_origin"]
+from burstguard.errors import UserError
+
+__all__ = ["check_start_at", "monotonic_at", "schedule_origin"]
+
+
+def check_start_at(start_at: float | None) -> None:
+    """`--start-at` is a Unix time still to come (nan, and inf, which would wait for ever,
+    are refused too)."""
+    if start_at is None:
+        return
+    if not math.isfinite(start_at):
+        raise UserError(f"--start-at {start_at}: not a Unix time (now {time.time():.1f})")
+    if start_at <= time.time():
+        raise UserError(f"--start-at {start_at}: that time has passed (now {time.time():.1f})")
 
 
 def monotonic_at(unix_s: float) -> float:

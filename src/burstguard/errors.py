@@ -1,7 +1,36 @@
 """User-facing errors: raised anywhere, printed by the CLI as one line, exit code 2."""
 
+from pathlib import Path
+
 
 class UserError(Exception):
     """Bad input or an unusable target. The message says what is wrong and what to do."""
 
     exit_code = 2
+
+
+def read_user_text(path: Path) -> str:
+    """A text file the user gave (a leading BOM dropped): not UTF-8 is a UserError naming
+    the file and the byte; OSError (missing, unreadable) is the caller's to word."""
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        where = f"{exc.reason} at byte {exc.start}"
+        raise UserError(f"{path}: not a UTF-8 text file ({where})") from None
+
+
+def check_writable(path: Path, flag: str) -> None:
+    """Refuses now, not after a long run whose results would be lost, an output file that
+    cannot be created: its folder is made, the file opened to append (and removed again
+    if it did not exist)."""
+    existed = path.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise UserError(
+            f"{flag} {path}: cannot write it ({exc.filename}: {exc.strerror})"
+        ) from None
+    if not existed:
+        path.unlink()

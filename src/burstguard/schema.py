@@ -9,11 +9,13 @@ still lists the known ones. Prompt tokens are counted with burstguard's one toke
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from burstguard.emulator.tokens import TextCounter, count_chat_tokens, count_tokens
+
+TokenId = Annotated[int, Field(ge=0)]  # a negative token id is no token (vLLM refuses it)
 
 MAX_TOKENS_LIMIT = 1 << 20
 
@@ -86,7 +88,7 @@ class ChatCompletionRequest(_Generation):
 class CompletionRequest(_Generation):
     """POST /v1/completions: a text, texts, token ids or lists of token ids."""
 
-    prompt: str | list[str] | list[int] | list[list[int]] = Field(min_length=1)
+    prompt: str | list[str] | list[TokenId] | list[list[TokenId]] = Field(min_length=1)
 
     def output_limit(self) -> int | None:
         return self.max_tokens

@@ -109,6 +109,17 @@ def test_bad_requests_get_openai_errors(emulator: str, body: bytes, status: int)
     assert set(payload["error"]) >= {"message", "type", "code"}
 
 
+def test_deep_nesting_and_negative_token_ids_get_openai_errors(emulator: str) -> None:
+    """JSON nested past the parser's recursion limit was a plain-text 500; a negative
+    token id was served as if it were a token (vLLM refuses it)."""
+    code, payload = post(emulator, "/v1/completions", b"[" * 100_000 + b"]" * 100_000)
+    assert code == 400 and payload["error"]["code"] == "invalid_json"
+    code, payload = post(
+        emulator, "/v1/completions", b'{"model": "llama3-8b-h100", "prompt": [5, -1]}'
+    )
+    assert code == 400 and "prompt" in payload["error"]["message"]
+
+
 @pytest.mark.parametrize("stream", [True, False])
 def test_client_disconnect_aborts_and_frees_blocks(tmp_path: Path, stream: bool) -> None:
     proc = start_emulator(tmp_path, speedup=1.0)

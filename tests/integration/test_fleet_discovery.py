@@ -63,6 +63,29 @@ async def test_missing_file_at_start_names_the_field(tmp_path: Path) -> None:
         await Discovery([], cfg, lambda urls: None).start()
 
 
+async def test_a_file_that_is_not_text_keeps_the_list_and_the_watch(tmp_path: Path) -> None:
+    """Bytes that are not UTF-8 (a half-written or clobbered file) are a bad edit like any
+    other: the last list stays and a later good edit is still picked up. At start they are
+    a UserError naming the file, not a traceback."""
+    path = tmp_path / "backends.txt"
+    path.write_bytes(b"\xff\xfe\x00garbage\n")
+    cfg = DiscoveryConfig(file=FileDiscovery(path=str(path), interval_s=0.05))
+    with pytest.raises(UserError, match="not a UTF-8 text file"):
+        await Discovery([], cfg, lambda urls: None).start()
+    path.write_text("\ufeffhttp://10.0.0.1:8000\n")  # a BOM, as some editors write, is fine
+    disc = Discovery([], cfg, lambda urls: None)
+    try:
+        assert await disc.start() == ("http://10.0.0.1:8000",)
+        path.write_bytes(b"http://10.0.0.2:8000\n\xff\n")
+        await _until(lambda: disc.errors > 0)
+        assert "not a UTF-8 text file" in (disc.last_error or "")
+        assert disc.urls == ("http://10.0.0.1:8000",)
+        path.write_text("http://10.0.0.3:8000\n")
+        await _until(lambda: disc.urls == ("http://10.0.0.3:8000",))
+    finally:
+        await disc.stop()
+
+
 async def test_dns_name_resolves_to_all_its_addresses() -> None:
     urls = await resolve_dns(DnsDiscovery(name="localhost", port=8000))
     assert "http://127.0.0.1:8000" in urls
@@ -90,6 +113,18 @@ def test_duplicate_and_bad_backends_name_the_field() -> None:
     with pytest.raises(UserError, match=r"f\.txt:3: .* same backend as line 1"):
         parse_backend_file("http://x:1\n\nhttp://x:1/\n", "f.txt")
     assert check_backend_urls(["http://[::1]:8000/v1/"], "backends") == ("http://[::1]:8000/v1",)
+    for bad, why in (
+        ("http://a b:8000", "is not an http"),  # urlsplit takes it; no resolver would
+        ("http://a%20b:8000", "is not an http"),
+        ("http://[::1:8000", "is not a URL"),  # urlsplit's ValueError, named
+        ("http://[zz::1]:8000", "is not a URL"),
+        ("http://user:pw@h:8000", "no user, query or fragment"),  # it would be dropped
+        ("http://h:8000/?token=x", "no user, query or fragment"),
+    ):
+        with pytest.raises(UserError, match=rf"backends\.0: .*{why}"):
+            check_backend_urls([bad], "backends")
+        with pytest.raises(UserError, match=rf"f\.txt:2: .*{why}"):
+            parse_backend_file(f"http://ok:1\n{bad}\n", "f.txt")
 
 
 async def test_dns_is_re_resolved_and_a_failure_keeps_the_last_list() -> None:

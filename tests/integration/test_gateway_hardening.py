@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.conftest import BURSTGUARD, raw_backend, start_emulator
+from tests.conftest import BURSTGUARD, raw_backend, start_emulator, start_fleet_gateway
 from tests.integration.test_gateway import start_gateway
 
 from burstguard.procs import ManagedProcess, free_port
@@ -697,3 +697,48 @@ async def test_9_a_backends_traceback_is_logged_not_passed_on(
     assert err["code"] == "backend_500" and "Traceback" not in err["message"]
     assert b"secret" not in out
     assert "/srv/secret/engine.py" in Path(gw.log_path).read_text()  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def not_json_backend() -> AsyncIterator[str]:
+    """Answers every POST 200 with a body that is not JSON (a wrong or broken server);
+    its /health answers, so only the requests can find it out."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = re.search(rb"(?i)content-length: *(\d+)", head)
+                if length:
+                    await reader.readexactly(int(length.group(1)))
+                body = b"<html>hello</html>" if head.startswith(b"POST") else b"ok"
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                             b"content-length: %d\r\n\r\n%b" % (len(body), body))  # fmt: skip
+                await writer.drain()
+
+    async with raw_backend(handle) as url:
+        yield url
+
+
+async def test_9_a_200_that_is_not_json_fails_over_or_is_a_502(
+    not_json_backend: str, emulator: str, tmp_path: Path
+) -> None:
+    """It was passed on as a 200 (the client's JSON parser then failed). Now it is a
+    backend failure (`bad_answer`): with another backend the client gets that one's
+    answer, alone the client gets 502 in the OpenAI error shape."""
+    cfg = {"fleet": {"router": {"policy": "round_robin"}}}
+    for backends, want in (([not_json_backend, emulator], 200), ([not_json_backend], 502)):
+        gw = start_fleet_gateway(tmp_path, backends, cfg)
+        await asyncio.to_thread(gw.__enter__)
+        try:
+            outs = [await asyncio.to_thread(_exchange, gw.base_url, completion(2))  # type: ignore[attr-defined]
+                    for _ in range(4)]  # fmt: skip
+        finally:
+            await asyncio.to_thread(gw.stop)
+        for out in outs:
+            assert status_of(out) == want, out[:300]
+            body = json.loads(out.split(b"\r\n\r\n", 1)[1])
+            if want == 200:
+                assert body["choices"][0]["text"], body
+            else:
+                assert body["error"]["code"] == "bad_answer", body

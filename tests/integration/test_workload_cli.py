@@ -126,3 +126,34 @@ def test_malformed_line_names_file_and_line(tmp_path: Path) -> None:
 def test_generate_bad_pattern_exit_2(tmp_path: Path) -> None:
     proc = run("generate", "nope", "--out", str(tmp_path / "x.jsonl"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expect"),
+    [
+        (("--rate", "inf"), "--rate must be a finite number > 0 (got inf)"),
+        (("--duration", "nan"), "--duration must be a finite number > 0 (got nan)"),
+        (("--burstiness", "nan"), "--burstiness must be a finite number > 0 (got nan)"),
+        (("--rate", "1e9", "--duration", "1e9"), "asks for ~1e+18 requests"),
+        (("--classes", "a=nan,b=1"), "bad mix 'a=nan,b=1'"),
+    ],
+)
+def test_generate_non_finite_or_huge_numbers_exit_2(
+    tmp_path: Path, args: tuple[str, ...], expect: str
+) -> None:
+    """The command line reads nan and inf as floats, and `x <= 0` lets nan through: each
+    was a traceback (ZeroDivisionError, OverflowError, a 7 EiB allocation, numpy's NaN
+    probabilities) or a silent nonsense run."""
+    proc = run("generate", "gamma", "--rate", "2", "--duration", "5", *args,
+               "--out", str(tmp_path / "x.jsonl"))  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert expect in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_output_path_that_cannot_be_written_exit_2(tmp_path: Path) -> None:
+    """A file where a directory should be: one line naming the path, not a traceback."""
+    (tmp_path / "afile").write_text("")
+    out = tmp_path / "afile" / "x.jsonl"
+    proc = run("generate", "poisson", "--rate", "2", "--duration", "5", "--out", str(out))
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and str(tmp_path / "afile") in proc.stderr

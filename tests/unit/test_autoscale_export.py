@@ -141,3 +141,27 @@ def test_a_policy_written_back_reads_the_same(tmp_path: Path) -> None:
         path.write_text(tuned.to_yaml())
         assert load_policy(path) == tuned
         assert load_policy(path).cold_start_model.mean_s == 45
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--name", "Bad Name!"), "--name 'Bad Name!': a Kubernetes name"),
+        (("--name", "a" * 64), "a Kubernetes name is 1-63"),
+        (("--namespace", ""), "--namespace '': a Kubernetes name"),
+        (("--prometheus", "not a url"), "--prometheus: 'not a url' is not an http"),
+    ],
+)
+def test_names_and_the_prometheus_url_kubectl_would_refuse_are_refused(
+    tmp_path: Path, args: tuple[str, ...], needle: str
+) -> None:
+    """They were written into the manifests as given (exit 0), for `kubectl apply` to
+    refuse later."""
+    from typer.testing import CliRunner
+
+    from burstguard.cli import app
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["scaling", "export", "keda-queue", "--out", str(out), *args])
+    assert isinstance(result.exception, UserError) and needle in str(result.exception)
+    assert not out.exists()

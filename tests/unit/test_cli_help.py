@@ -69,3 +69,21 @@ def test_the_readme_command_table_lists_every_command() -> None:
     listed = {row.split()[2].rstrip("`") for row in rows}
     top = {name for path, _ in COMMANDS if len(path) == 1 for name in path}
     assert sorted((top | {"diagnose"}) - listed) == []
+
+
+def test_every_option_and_argument_says_what_it_is() -> None:
+    """A flag listed with only its type and default (`fleet --min-replicas`, `engines
+    install --python` were) tells a new user nothing."""
+    bare = [(" ".join(path), p.name) for path, cmd in COMMANDS for p in cmd.params
+            if p.name != "help" and not (getattr(p, "help", None) or "").strip()]  # fmt: skip
+    assert bare == []
+
+
+def test_the_root_lists_each_command_summary_unbroken() -> None:
+    """On a wide terminal each summary is one line: the docstrings' own line breaks showed
+    (`sim  Simulate one engine (or, ... replicas behind the` / `gateway's router) ...`)."""
+    result = RUNNER.invoke(app, ["--help"], env={"COLUMNS": "300"})
+    rows = {line.split()[1]: line for line in result.output.splitlines()
+            if line.startswith("│ ") and len(line.split()) > 2}  # fmt: skip
+    assert "gateway's router) on a workload" in rows["sim"]
+    assert "the fix." in rows["diagnose"] and "simulated cold start." in rows["fleet"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -104,7 +105,7 @@ def test_duplicate_backends_are_an_error_naming_both_places(tmp_path: Path) -> N
         UserError, match=r"backends\.1: 'http://A:8000/' is the same backend as backends\.0"
     ):
         load_config(path, None, None, None)
-    with pytest.raises(UserError, match=r"backends\.1: .* same backend as backends\.0"):
+    with pytest.raises(UserError, match=r"--backend 2: .* same backend as --backend 1"):
         load_config(None, ["http://x:1", "http://X:1/"], None, None)
     with pytest.raises(UserError, match=r"--backend 2: 'x:1' is not an http"):
         load_config(None, ["http://x:1", "x:1"], None, None)
@@ -198,3 +199,23 @@ def test_the_backend_tokenizer_counts_prompts(tmp_path: Path, reference_tokenize
     bad = {**backend, "tokenizer": str(tmp_path / "missing.json")}
     with pytest.raises(UserError, match="cannot load a tokenizer"):
         Gateway(GatewayConfig.model_validate({"backends": [bad]}))
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "field"),
+    [
+        ("scrape_interval_s: .inf\n", "scrape_interval_s"),  # was an OverflowError at start
+        ("engine_speedup: .inf\n", "engine_speedup"),
+        ("fleet: {health: {open_s: .inf}}\n", "fleet.health.open_s"),  # never half-open
+        ("fleet: {redis: {lease_ttl_s: .nan}}\n", "fleet.redis.lease_ttl_s"),
+        ("classes: [{name: standard, rank: 0, max_wait_s: .inf}]\n", "classes.0.max_wait_s"),
+    ],
+)
+def test_infinite_or_nan_settings_are_refused_naming_the_field(
+    tmp_path: Path, yaml_text: str, field: str
+) -> None:
+    """YAML reads .inf and .nan as floats; `gt=0` lets .inf through."""
+    path = tmp_path / "gw.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(UserError, match=rf"{re.escape(field)}: Input should be a finite number"):
+        load_config(path, ["http://x:1"], None, None)

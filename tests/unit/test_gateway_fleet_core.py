@@ -13,6 +13,7 @@ from burstguard.gateway.events import (
     Effect,
     Finish,
     LeaseRefused,
+    Reject,
     Release,
     Scrape,
     Tick,
@@ -103,3 +104,36 @@ def test_each_backend_has_its_own_adaptive_cap() -> None:
         gw.handle(Scrape(calm, B), t)
     caps = {v.url: v.cap for v in gw.fleet.views(0.3)}  # type: ignore[union-attr]
     assert caps == {A: 2, B: 4}
+
+
+def test_an_outage_of_every_backend_sheds_the_queue_instead_of_holding_it_forever() -> None:
+    """A class with no queue deadline used to wait for ever while every backend was down
+    (the client's connection held, no answer). After `max_outage_wait_s` with no healthy
+    backend, queued and new requests get 429 no_backend with a Retry-After; a backend
+    that answers its probes again ends the outage."""
+    gw = core(health={"max_outage_wait_s": 1.0, "open_s": 0.5})
+    assert gw.fleet is not None
+    for url in (A, B):
+        for t in (0.0, 0.01, 0.02):  # the failure threshold (3): both circuits open
+            gw.fleet.on_probe(url, False, t)
+    assert arrive(gw, 0, now=0.1) == []  # queued: no backend may take it
+    assert gw.handle(Tick(), 0.5) == []  # within the bound it waits
+    (shed,) = gw.handle(Tick(), 1.2)
+    assert isinstance(shed, Reject) and shed.reason == "no_backend" and shed.req.id == "r0"
+    assert shed.retry_after_s >= 1.0
+    (now,) = arrive(gw, 1, now=1.3)  # refused at once while the outage lasts
+    assert isinstance(now, Reject) and now.reason == "no_backend"
+    assert gw.stats.queue_depth["standard"] == 0 and gw.stats.rejections["no_backend"] == 2
+    for t in (1.6, 1.7):  # half-open: two good probes close A's circuit
+        gw.fleet.on_probe(A, True, t)
+    assert releases(arrive(gw, 2, now=1.8)) == [("r2", A)]
+
+
+def test_a_fleet_scaled_to_zero_is_not_an_outage() -> None:
+    """No backend listed at all (scaling from zero: the first one is still starting):
+    requests wait for it, bounded by their class's deadline only."""
+    gw = core(health={"max_outage_wait_s": 1.0})
+    assert gw.fleet is not None
+    gw.fleet.set_backends((), 0.0)
+    assert arrive(gw, 0, now=0.0) == []
+    assert gw.handle(Tick(), 5.0) == [] and gw.stats.queue_depth["standard"] == 1

@@ -207,3 +207,25 @@ def test_sim_adds_the_profiles_chat_template_tokens(tmp_path: Path) -> None:
         ttft[extra] = summarize(result.records, duration_s=50, source="sim")["ttft_s"]["p50"]
     per_token = doc["fitted"]["c_prefill_token_s"]
     assert ttft[200] - ttft[0] == pytest.approx(200 * per_token, rel=0.05)
+
+
+def test_a_long_simulation_reports_its_progress(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sim` printed nothing for a run of tens of seconds (1,024 replicas, or 100k
+    requests): the virtual clock now goes to a status line on stderr, every
+    PROGRESS_WALL_S of wall time (0 here: every call)."""
+    from burstguard.sim import cli as sim_cli
+
+    monkeypatch.setattr(sim_cli, "PROGRESS_WALL_S", 0.0)
+    spec = PatternSpec(pattern="poisson", rate=20.0, duration_s=20.0, seed=0)
+    workload = synthesize(spec)
+    seen: list[float] = []
+    plain = simulate(workload, EngineConfig(max_num_seqs=64), H100)
+    watched = simulate(workload, EngineConfig(max_num_seqs=64), H100, progress=seen.append)
+    assert len(seen) > 10 and seen == sorted(seen)  # the virtual clock, as it goes
+    assert [r.ttft_s for r in watched.records] == [r.ttft_s for r in plain.records]
+    report = sim_cli.sim_progress(float(workload.arrival_s[-1]), len(workload))
+    report(seen[len(seen) // 2])
+    err = capsys.readouterr().err
+    assert f"sim: {len(workload):,} requests, virtual time" in err and " s of ~20 s" in err

@@ -51,3 +51,16 @@ def test_token_scaling_keeps_arrivals_and_the_length_shape(traces_dir: object) -
     assert np.array_equal(w.prompt_tokens, load_workload(AZURE_CODE).prompt_tokens)  # a copy
     with pytest.raises(UserError, match="> 0"):
         scale_tokens(w, prompt=0.0)
+
+
+def test_infinite_or_nan_speed_and_scales_are_refused(traces_dir: object) -> None:
+    """`--speed inf` put every arrival at 0; `--prompt-scale inf` overflowed the lengths
+    to garbage (negative int64) without a word."""
+    w = load_workload(AZURE_CODE)
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(UserError, match="finite number"):
+            scale_rate(w, bad)
+        with pytest.raises(UserError, match="finite numbers"):
+            scale_tokens(w, prompt=bad)
+        with pytest.raises(UserError, match="finite numbers"):
+            scale_tokens(w, output=bad)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
 
-from burstguard.errors import UserError
+from burstguard.errors import UserError, check_writable
 
 scaling_app = typer.Typer(
     help="Autoscaling policies: list the presets, export one as Kubernetes manifests.",
@@ -97,8 +96,12 @@ def fleet_cmd(
     speedup: Annotated[
         float, typer.Option("--speedup", min=0.01, help="emulator speedup; times are engine s")
     ] = 1.0,
-    min_replicas: Annotated[int | None, typer.Option("--min-replicas")] = None,
-    max_replicas: Annotated[int | None, typer.Option("--max-replicas")] = None,
+    min_replicas: Annotated[
+        int | None, typer.Option("--min-replicas", help="override the policy's minimum")
+    ] = None,
+    max_replicas: Annotated[
+        int | None, typer.Option("--max-replicas", help="override the policy's maximum")
+    ] = None,
     cold_start_s: Annotated[
         float | None, typer.Option("--cold-start-s", help="fixed cold start (engine s)")
     ] = None,
@@ -136,17 +139,23 @@ def fleet_cmd(
 
     from burstguard.autoscale.config import load_policy
     from burstguard.autoscale.local_fleet import LocalFleet
-    from burstguard.clock import monotonic_at
+    from burstguard.clock import check_start_at, monotonic_at
+    from burstguard.gateway.fleet.config import normalize_backend_url
 
     scaling = load_policy(policy).with_overrides(
         min_replicas=min_replicas, max_replicas=max_replicas, cold_start_s=cold_start_s
     )
     if scaling.min_replicas < 1:
         raise UserError("--min-replicas: a local fleet keeps at least one replica")
-    if start_at is not None and start_at <= time.time():
-        raise UserError(f"--start-at {start_at}: that time has passed (now {time.time():.1f})")
+    check_start_at(start_at)
     if spares is None:
         spares = min(scaling.max_replicas - scaling.min_replicas, 4)
+    normalize_backend_url(gateway, "--gateway")
+    if duration is not None and not duration > 0:
+        raise UserError(f"--duration must be > 0 (got {duration:g}; leave it out to run until ^C)")
+    check_writable(backend_file, "--file")
+    if json_out is not None:
+        check_writable(json_out, "--json")
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
 

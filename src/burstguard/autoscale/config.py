@@ -10,6 +10,7 @@ Every preset and field is documented in docs/autoscaling.md.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Literal
 
@@ -47,6 +48,25 @@ class ScalingPolicy(BaseModel):
     kpa: KpaParams | None = None
     predictive: PredictiveParams | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _finite(cls, data: object) -> object:
+        """YAML reads .inf and .nan as floats, and the cores' `x <= 0` checks let nan
+        through (then a crash converting it, or a policy that never acts): none is taken,
+        at any depth of the file."""
+
+        def walk(x: object, path: str) -> None:
+            if isinstance(x, float) and not math.isfinite(x):
+                raise ValueError(f"{path}: must be a finite number (got {x})")
+            items = (
+                x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()
+            )
+            for k, v in items:
+                walk(v, f"{path}.{k}" if path else str(k))
+
+        walk(data, "")
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> ScalingPolicy:
         given = [k for k in ("keda", "kpa", "predictive") if getattr(self, k) is not None]
@@ -59,7 +79,7 @@ class ScalingPolicy(BaseModel):
                 f"cold_start: unknown preset {self.cold_start!r}; "
                 f"one of {sorted(COLD_START_PRESETS)}, seconds, or a list of phases"
             )
-        if isinstance(self.cold_start, float | int) and self.cold_start < 0:
+        if isinstance(self.cold_start, float | int) and self.cold_start < 0:  # finite: _finite
             raise ValueError("cold_start: seconds must be >= 0")
         if self.drain_timeout_s < 0:
             raise ValueError("drain_timeout_s must be >= 0")
@@ -108,8 +128,8 @@ class ScalingPolicy(BaseModel):
             raise UserError(f"{self.kind}: {exc}") from None
         update: dict[str, object] = {self.kind: params}
         if cold_start_s is not None:
-            if cold_start_s < 0:
-                raise UserError("--cold-start-s must be >= 0")
+            if not 0 <= cold_start_s < math.inf:  # nan and inf too
+                raise UserError(f"--cold-start-s must be finite and >= 0 (got {cold_start_s:g})")
             update["cold_start"] = float(cold_start_s)
         return self.model_copy(update=update)
 

@@ -107,6 +107,7 @@ class LocalFleet:
         self._listed: list[int] = []  # replicas in the backend file
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._signals: dict[str, float] = dict.fromkeys(SIGNAL_NAMES, 0.0)
+        self._gateway_unreachable = False
         self._session: aiohttp.ClientSession | None = None
         self._stopping: set[asyncio.Future[None]] = set()
         self._stop = asyncio.Event()
@@ -161,7 +162,7 @@ class LocalFleet:
         """The policy's signals from the gateway's /metrics now (a failed scrape keeps the
         last ones, as a Prometheus query would answer from the last sample)."""
         assert self._session is not None
-        with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+        try:
             async with self._session.get(
                 f"{self.gateway_url}/metrics",
                 timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S),
@@ -169,6 +170,13 @@ class LocalFleet:
                 samples = parse_metrics(await resp.text(), SIGNAL_NAMES)
             for name in SIGNAL_NAMES:
                 self._signals[name] = metric_sum(samples, name) or 0.0
+            self._gateway_unreachable = False
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            if not self._gateway_unreachable:  # once per outage, not every scrape
+                why = str(exc) or type(exc).__name__
+                log.warning("gateway %s/metrics unreachable (%s): the policy sees its "
+                            "last signals", self.gateway_url, why)  # fmt: skip
+            self._gateway_unreachable = True
 
     # -- effects --------------------------------------------------------------------------
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -146,6 +145,7 @@ def bench(
     from burstguard.bench.runner import BenchConfig
     from burstguard.bench.summary import Slo
     from burstguard.client.retry import RETRY_MODES, RetryPolicy
+    from burstguard.clock import check_start_at
 
     if api not in ("chat", "completions"):
         raise UserError(f"--api {api!r}: use chat or completions")
@@ -160,8 +160,7 @@ def bench(
     if workers > 1 and burst_cycle:
         raise UserError("--burst-cycle runs in one process (each burst waits for the whole "
                         "previous one): drop --workers")  # fmt: skip
-    if start_at is not None and start_at <= time.time():
-        raise UserError(f"--start-at {start_at}: that time has passed (now {time.time():.1f})")
+    check_start_at(start_at)
     if (ramp_up or 0.0) < 0 or think_time < 0:
         raise UserError("--ramp-up and --think-time must be >= 0")
     chosen = sum(x is not None for x in (pattern_spec, workload_file, concurrency))

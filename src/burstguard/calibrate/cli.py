@@ -36,7 +36,7 @@ from burstguard.calibrate.probe import (
     prefill_samples,
 )
 from burstguard.engine.machine import this_cpu
-from burstguard.errors import UserError
+from burstguard.errors import UserError, check_writable
 
 _CACHE_INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.M)
 
@@ -162,6 +162,7 @@ def calibrate(
     """Fit an emulator profile (step-time model + KV capacity) from a live engine."""
     if device not in ("auto", "cpu", "gpu"):
         raise UserError(f"--device: auto, cpu or gpu (got {device!r})")
+    check_writable(out, "--out")  # before minutes of probes, not after them
     base, served = check_target(target, model)
     max_len = next((c.get("max_model_len") for c in served_cards(base) if c["id"] == served), None)
     lengths = _parse_ints(prompt_lengths, "--prompt-lengths")

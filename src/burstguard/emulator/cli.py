@@ -17,7 +17,7 @@ def emulate(
     profile: Profile,
     engine_config: EngineConfig,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
     speedup: Annotated[
         float, typer.Option(help="Run engine time X times faster than real time.")
     ] = 1.0,
@@ -34,6 +34,8 @@ def emulate(
     tokenizer: Annotated[str, typer.Option(help=f"Prompt tokens: {CHOICE_HELP}.")] = AUTO,
 ) -> None:
     """Serve the engine model over the OpenAI API (latencies in engine time)."""
+    import math
+
     import uvicorn
 
     from burstguard.emulator.lengths import OutputLengthModel
@@ -42,8 +44,8 @@ def emulate(
     from burstguard.errors import UserError
     from burstguard.tokenizer import prompt_counter
 
-    if speedup <= 0:
-        raise UserError("--speedup must be > 0")
+    if not 0 < speedup < math.inf:  # nan and inf too
+        raise UserError(f"--speedup must be a finite number > 0 (got {speedup:g})")
     core = EngineCore(engine_config, profile)
     counter = prompt_counter(tokenizer, profile.model_name)
     app = EmulatorApp(

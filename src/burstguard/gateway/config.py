@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # YAML reads .inf and .nan as floats: no setting here means either (an infinite
+    # interval or timeout stalls the loop that uses it, or crashes it converting to int)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class BackendConfig(_Strict):

@@ -92,7 +92,8 @@ class Admission:
     """The answer to `submit`: accepted, or rejected with a reason and a Retry-After.
 
     `evicted` are queued requests shed to make room (answer each with 429). Reasons:
-    `deadline` (cannot start before the class's queue deadline), `queue_full`.
+    `deadline` (cannot start before the class's queue deadline), `queue_full`,
+    `no_backend` (every backend down too long, see `_outage`).
     """
 
     accepted: bool
@@ -172,6 +173,7 @@ class GatewayCore:
         self._overflowed = Counter[str]()  # requests queued as OVERFLOW_TENANT, per class
         self._ttft: dict[str, list[int]] = {c.name: [0, 0] for c in config.classes}
         self._return_at = {c.name: -math.inf for c in config.classes}  # see _schedule_return
+        self._outage_since: float | None = None  # the fleet's clock; see _outage
 
     # -- the driver protocol ----------------------------------------------------------
 
@@ -188,6 +190,8 @@ class GatewayCore:
                 return out
         elif isinstance(event, Tick):
             out += (self._shed(r, "deadline", now) for r in self.expire(now))
+            if self._outage(now):
+                out += self._drop_queue()
         elif isinstance(event, Scrape):
             self._scraped(event, now)
         elif isinstance(event, FirstToken):
@@ -365,6 +369,10 @@ class GatewayCore:
         e = Entry(req, cls, tenant, predicted, self._seq)
         e.key = order_key(self.config.policy, e)
 
+        if self._outage(now):
+            self._outcomes[cls.name]["rejected"] += 1
+            self._rejections["no_backend"] += 1
+            return Admission(False, "no_backend", self._outage_retry_s())
         wait, drain_ahead = self._estimate_wait(cls, now)
         deadline = cls.queue_deadline_s
         if deadline is not None and wait > deadline:
@@ -701,6 +709,40 @@ class GatewayCore:
         if gone:
             self._rate.observe(now, self._saturated())
         return [e.req for e in gone]
+
+    def _outage(self, now: float) -> bool:
+        """True once every listed backend has been unhealthy for the fleet's
+        `max_outage_wait_s` (wall): from then on nothing waits for them."""
+        fnow = self._fnow(now)
+        if self.fleet is None or not self.fleet.down(fnow):
+            self._outage_since = None
+            return False
+        if self._outage_since is None:
+            self._outage_since = fnow
+        return fnow - self._outage_since >= self.config.fleet.health.max_outage_wait_s
+
+    def _outage_retry_s(self) -> float:
+        """Retry-After in an outage (the core's clock): when a half-open probe may have
+        closed a circuit again."""
+        return max(self._adm.min_retry_after_s,
+                   self.config.fleet.health.open_s * self.config.engine_speedup)  # fmt: skip
+
+    def _drop_queue(self) -> list[Effect]:
+        """An outage: every queued request leaves — 429 no_backend, or, when its client
+        already holds part of the answer (preempted, or requeued after its backend failed
+        mid-stream), an in-band error (`Abandon`)."""
+        out: list[Effect] = []
+        for e in self._queued.values():
+            self._queue.remove(e)
+            if e.preemptions or e.req.id in self._resume_after_failure:
+                self._resume_after_failure.discard(e.req.id)
+                self._end(e, "failed")
+                out.append(Abandon(e.req, "no_backend"))
+            else:
+                self._end(e, "rejected", "no_backend")
+                out.append(Reject(e.req, "no_backend", self._outage_retry_s()))
+        self._queued.clear()
+        return out
 
     def _unrelease(self, e: Entry) -> None:
         self._fleet_done(e)

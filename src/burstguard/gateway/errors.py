@@ -50,6 +50,7 @@ SHED_MESSAGES = {
     "queue_full": "the gateway queue is full",
     "deadline": "the {cls} queue cannot start this request before its deadline",
     "evicted": "shed from the gateway queue to make room for higher-priority requests",
+    "no_backend": "no backend has been healthy for a while (all are down)",
 }
 
 

@@ -70,9 +70,10 @@ class Fail:
 @dataclass(frozen=True, slots=True)
 class BackendFailed:
     """The request's backend failed it: `reason` is one of `fleet.FAILURE_REASONS`
-    (connect, reset, status_5xx, timeout). `started`: its client already holds part of
-    the answer (then only a resumable request may go on elsewhere). The core answers with
-    a `Release` to another backend (failover), by queueing it again, or with `Abandon`."""
+    (connect, reset, status_5xx, timeout, bad_answer: a 200 that is not JSON). `started`:
+    its client already holds part of the answer (then only a resumable request may go on
+    elsewhere). The core answers with a `Release` to another backend (failover), by
+    queueing it again, or with `Abandon`."""
 
     request_id: str
     reason: str
@@ -122,7 +123,8 @@ class Release:
 @dataclass(frozen=True, slots=True)
 class Reject:
     """Answer 429 with this Retry-After (seconds of the core's clock). `reason`: queue_full,
-    deadline (at admission or expired in the queue) or evicted."""
+    deadline (at admission or expired in the queue), evicted, or no_backend (every
+    backend down longer than `fleet.health.max_outage_wait_s`)."""
 
     req: GatewayRequest
     reason: str

@@ -162,10 +162,16 @@ class SseRelay:
         return self.base_tokens + max(0, n)
 
 
-def json_tokens(body: bytes) -> int:
-    """completion_tokens of a non-streamed answer, or the answer text counted."""
+def json_tokens(body: bytes) -> int | None:
+    """completion_tokens of a non-streamed answer, or the answer text counted; None when
+    the body is not a JSON object (no OpenAI answer: a broken or wrong backend)."""
     try:
         data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    try:
         usage = data.get("usage") or {}
         if isinstance(usage.get("completion_tokens"), int):
             return int(usage["completion_tokens"])
@@ -174,7 +180,7 @@ def json_tokens(body: bytes) -> int:
             msg = choice.get("message") or {}
             text += choice.get("text") or msg.get("content") or ""
         return count_tokens(text) if text else 0
-    except (ValueError, AttributeError, TypeError):
+    except (AttributeError, TypeError):
         return 0
 
 

@@ -692,7 +692,14 @@ class Gateway:
 
     async def _pass_json(self, resp: Responder, ex: _Exchange, call: Call) -> None:
         raw = await call.read()
-        ex.output_tokens = json_tokens(raw)
+        tokens = json_tokens(raw)
+        if tokens is None:  # a 200 that is no OpenAI answer: another backend may serve it
+            self.metrics.errors.labels("bad_answer").inc()
+            err = {"message": "the backend's answer was not JSON", "type": "upstream_error",
+                   "param": None, "code": "bad_answer"}  # fmt: skip
+            self._backend_failed(ex, "bad_answer", 502, {"error": err})
+            return
+        ex.output_tokens = tokens
         ex.outcome, ex.status = "completed", 200
         self.metrics.output_tokens.labels(ex.cls).inc(ex.output_tokens)
         self.event(Finish(ex.rid, ex.output_tokens))

@@ -3,6 +3,9 @@ optionally behind the gateway's policies (`--gateway gateway.yaml`) to compare t
 
 from __future__ import annotations
 
+import sys
+import time
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -12,13 +15,15 @@ import typer
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.options import engine_options
 from burstguard.engine.profile import Profile
-from burstguard.errors import UserError
+from burstguard.errors import UserError, check_writable
 from burstguard.workload.options import TraceFileOption, TraceFormatOption, pattern_options
 from burstguard.workload.synth import PatternSpec
 
 if TYPE_CHECKING:
     from burstguard.gateway.config import GatewayConfig
     from burstguard.sim.loop import SimResult
+
+MAX_REPLICAS = 1024  # replicas one simulation starts with at most (each is an engine core)
 
 
 @pattern_options()
@@ -50,7 +55,7 @@ def sim(
         typer.Option(
             "--replicas",
             min=0,
-            max=1024,
+            max=MAX_REPLICAS,
             help="Engine replicas behind the gateway's router (needs --gateway or "
             "--autoscaler); with --autoscaler, the count it starts from (default: its minimum).",
         ),
@@ -164,6 +169,9 @@ def sim(
         slo_target = Slo.parse(slo)
     except ValueError as exc:
         raise UserError(f"--slo: {exc}") from None
+    for flag, path in (("--json", json_out), ("--records", records_out)):
+        if path is not None:
+            check_writable(path, flag)
     gateway_config = None
     scaling = None
     if autoscaler is None and (min_replicas, max_replicas, cold_start_s) != (None,) * 3:
@@ -184,6 +192,10 @@ def sim(
             )
         if replicas < 1:
             raise UserError("--replicas: the simulation starts with at least one replica")
+        if replicas > MAX_REPLICAS:
+            raise UserError(
+                f"--min-replicas {replicas}: the simulation starts at most {MAX_REPLICAS} replicas"
+            )
     replicas = replicas or 1
     if replicas > 1 and gateway is None and scaling is None:
         raise UserError("--replicas: needs --gateway CONFIG (the router that spreads them)")
@@ -204,12 +216,14 @@ def sim(
         workload = load_workload(trace, trace_format) if trace else synthesize(pattern_spec)  # type: ignore[arg-type]
         if len(workload) == 0:
             raise UserError("the workload has no requests")
+        progress = sim_progress(float(workload.arrival_s[-1]), len(workload))
         if gateway_config is not None:
             from burstguard.sim.gateway_loop import gateway_summary, simulate_gateway
 
             gw_result = simulate_gateway(
-                workload, engine_config, profile, gateway_config, replicas, scaling=scaling
-            )
+                workload, engine_config, profile, gateway_config, replicas, scaling=scaling,
+                progress=progress,
+            )  # fmt: skip
             extra["gateway"] = gateway_summary(
                 gw_result, gateway_config, source=str(gateway) if gateway else "default (fleet)"
             )
@@ -221,7 +235,7 @@ def sim(
                 extra["replica_seconds"] = replicas * gw_result.end_s
             result = gw_result
         else:
-            result = simulate(workload, engine_config, profile)
+            result = simulate(workload, engine_config, profile, progress=progress)
         add_hop_latency(result.records, hop_latency_s)
         duration = float(workload.arrival_s[-1]) if len(workload) else 0.0
         if pattern_spec is not None:
@@ -349,6 +363,26 @@ def _closed(
     client = Users(shapes, concurrency, duration, think_time, ramp)
     result = simulate_closed(client, engine_config, profile)
     return result, {"mode": "closed", "concurrency": concurrency}
+
+
+PROGRESS_WALL_S = 2.0  # a line on stderr this often, once a run has lasted this long
+
+
+def sim_progress(last_arrival_s: float, requests: int) -> Callable[[float], None]:
+    """A status line on stderr every PROGRESS_WALL_S of wall time (a short run prints
+    none): how far the virtual clock is, against the last arrival."""
+    started = last = time.monotonic()
+
+    def report(now_s: float) -> None:
+        nonlocal last
+        wall = time.monotonic()
+        if wall - last >= PROGRESS_WALL_S:
+            last = wall
+            print(f"sim: {requests:,} requests, virtual time {now_s:,.0f} s of "
+                  f"~{last_arrival_s:,.0f} s, {wall - started:.0f} s so far",
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+    return report
 
 
 def fleet_gateway(max_replicas: int) -> GatewayConfig:

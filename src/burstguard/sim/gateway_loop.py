@@ -27,7 +27,7 @@ their grid at the next arrival, so days-long traces do not cost 20 ticks per idl
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -270,11 +270,11 @@ class _GatewaySim:
 
     # -- the run -----------------------------------------------------------------------
 
-    def run(self) -> GatewaySimResult:
+    def run(self, progress: Callable[[float], None] | None = None) -> GatewaySimResult:
         arrivals = self.workload.arrival_s.tolist()
         for i, t in enumerate(arrivals):
             self.heap.at(t, ARRIVAL, partial(self.arrive, i))
-        end = self.heap.run()
+        end = self.heap.run(progress)
         n = len(arrivals)
         records = [self.book.records[self.workload.request_id(k)] for k in range(n)]
         return GatewaySimResult(
@@ -300,17 +300,19 @@ def simulate_gateway(
     scaling: ScalingPolicy | None = None,
     seed: int = 0,
     fast_forward: bool = True,
+    progress: Callable[[float], None] | None = None,
 ) -> GatewaySimResult:
     """Runs `workload` through the gateway policies of `gateway` into `replicas` engine
     replicas behind its router (each of `profile`, or of its own `replica_profiles`), in
     virtual time; every request ends completed, rejected (429) or refused by the engine.
     With `scaling`, its autoscaler adds and drains replicas from `replicas` on (cold starts
     drawn with `seed`). `fast_forward` applies runs of pure decode steps at once (same
-    records, computed faster; `sim.replicas`)."""
+    records, computed faster; `sim.replicas`). `progress(virtual now)` is called now and
+    then (`EventHeap.run`)."""
     return _GatewaySim(
         workload, engine, profile, gateway, replicas, replica_profiles, scaling, seed,
         fast_forward,
-    ).run()  # fmt: skip
+    ).run(progress)  # fmt: skip
 
 
 def gateway_summary(

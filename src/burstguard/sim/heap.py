@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable
 
 Handler = Callable[[float], None]
+PROGRESS_EVERY = 16  # events between progress calls (one event may handle every replica)
 
 
 class EventHeap:
@@ -30,12 +31,24 @@ class EventHeap:
             raise ValueError(f"event at {time} scheduled in the past (now {self.now})")
         heapq.heappush(self._heap, (time, order, next(self._seq), handler))
 
-    def run(self) -> float:
-        """Handles every event in order; the time of the last one."""
+    def run(self, progress: Callable[[float], None] | None = None) -> float:
+        """Handles every event in order; the time of the last one. `progress(now)` is
+        called every PROGRESS_EVERY events (a long run's status line)."""
+        if progress is None:
+            while self._heap:
+                time, _, _, handler = heapq.heappop(self._heap)
+                self.now = time
+                handler(time)
+            return self.now
+        left = PROGRESS_EVERY
         while self._heap:
             time, _, _, handler = heapq.heappop(self._heap)
             self.now = time
             handler(time)
+            left -= 1
+            if not left:
+                left = PROGRESS_EVERY
+                progress(time)
         return self.now
 
     def next_time(self) -> float:

@@ -8,6 +8,7 @@ of the same engine, on the same kind of heap.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -223,10 +224,10 @@ class _EngineSim:
         self.recorder.observe(now, result.num_prefill_tokens + result.num_decode_seqs, 1)
         self.kick(now)
 
-    def run(self) -> SimResult:
+    def run(self, progress: Callable[[float], None] | None = None) -> SimResult:
         for i, t in enumerate(self.workload.arrival_s.tolist()):
             self.heap.at(t, self.ARRIVAL, partial(self.arrive, i))
-        end = self.heap.run()
+        end = self.heap.run(progress)
         n = len(self.workload)
         return SimResult(
             records=[self.book.records[self.workload.request_id(k)] for k in range(n)],
@@ -238,9 +239,14 @@ class _EngineSim:
 
 
 def simulate(
-    workload: Workload, config: EngineConfig, profile: Profile, fast_forward: bool = True
+    workload: Workload,
+    config: EngineConfig,
+    profile: Profile,
+    fast_forward: bool = True,
+    progress: Callable[[float], None] | None = None,
 ) -> SimResult:
     """Runs every request of `workload` to completion (or rejection) in virtual time.
     `fast_forward` applies runs of pure decode steps at once (`EngineCore.run_decodes`);
-    the results are the same, only computed faster."""
-    return _EngineSim(workload, config, profile, fast_forward).run()
+    the results are the same, only computed faster. `progress(virtual now)` is called
+    now and then (`EventHeap.run`)."""
+    return _EngineSim(workload, config, profile, fast_forward).run(progress)

@@ -17,7 +17,7 @@ import typer
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.options import engine_options
 from burstguard.engine.profile import Profile
-from burstguard.errors import UserError
+from burstguard.errors import UserError, check_writable
 from burstguard.tune.objective import (
     ClassSlos,
     EngineObjective,
@@ -135,6 +135,8 @@ def tune(
         raise UserError(f"--search must be descent or grid (got {search!r})")
     if workers < 0:
         raise UserError("--workers must be >= 0 (0: one per core)")
+    if json_out is not None:
+        check_writable(json_out, "--json")
     slos = ClassSlos.parse(slo, class_slo or [])
     workload, second = _workloads(trace, trace_format, pattern_spec)
     objective: EngineObjective | ScalingObjective

@@ -8,6 +8,7 @@ Mix specs: `interactive=0.7,batch=0.3` (weights are normalised).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -85,7 +86,7 @@ def parse_mix(spec: str) -> dict[str, float]:
             weight = float(value) if sep else 1.0
         except ValueError:
             raise UserError(f"bad mix {spec!r}: weight of {name!r} is not a number") from None
-        if not name or weight < 0:
+        if not name or not 0 <= weight < math.inf:  # nan and inf too
             raise UserError(f"bad mix {spec!r}: expected name=weight with weight >= 0")
         weights[name] = weight
     total = sum(weights.values())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -94,12 +95,32 @@ def _arrivals(spec: PatternSpec, rng: np.random.Generator, multiplier: float) ->
     raise UserError(f"unknown pattern {spec.pattern!r}: use one of {', '.join(PATTERNS)}")
 
 
+MAX_REQUESTS = 50_000_000  # ~2 GB of arrays: far more than any run here needs
+
+
+def _check_numbers(spec: PatternSpec) -> None:
+    """The spec's numbers are finite and positive (the command line takes nan and inf as
+    floats, and `x <= 0` lets nan through), and the mean request count fits in memory."""
+    named = {"--duration": spec.duration_s, "--rate": spec.rate, "--burstiness": spec.burstiness,
+             "--hurst": spec.hurst, "--mmpp": min(spec.mmpp_rate_on, spec.mmpp_mean_on_s,
+                                                   spec.mmpp_mean_off_s)}  # fmt: skip
+    for name, value in named.items():
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise UserError(f"{name} must be a finite number > 0 (got {value:g})")
+    if not (math.isfinite(spec.mmpp_rate_off) and spec.mmpp_rate_off >= 0):
+        raise UserError(
+            f"--mmpp: RATE_OFF must be a finite number >= 0 (got {spec.mmpp_rate_off:g})"
+        )
+    expected = mean_rate(spec) * spec.duration_s
+    if not expected <= MAX_REQUESTS:
+        raise UserError(
+            f"--rate x --duration asks for ~{expected:.3g} requests; at most {MAX_REQUESTS:,}"
+        )
+
+
 def synthesize(spec: PatternSpec) -> Workload:
     """Builds a seeded synthetic workload from the spec."""
-    if spec.duration_s <= 0:
-        raise UserError("--duration must be > 0")
-    if spec.rate is not None and spec.rate <= 0:
-        raise UserError("--rate must be > 0")
+    _check_numbers(spec)
     rng = np.random.default_rng(spec.seed)
     try:
         if spec.envelope:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from burstguard.errors import UserError
+from burstguard.errors import UserError, read_user_text
 from burstguard.workload.spec import Workload
 
 WORKLOAD_FORMAT = "burstguard.workload/1"
@@ -147,12 +147,7 @@ def _read_text(path: Path) -> str:
         raise UserError(f"{path}: no such file")
     if path.is_dir():
         raise UserError(f"{path}: is a directory, not a trace file")
-    try:
-        return path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise UserError(
-            f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})"
-        ) from None
+    return read_user_text(path)
 
 
 def _fail(path: Path, line: int, message: str) -> UserError:

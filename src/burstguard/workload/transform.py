@@ -3,6 +3,7 @@ lengths, merge traces."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -53,8 +54,8 @@ def slice_window(
 
 def scale_rate(workload: Workload, speed: float) -> Workload:
     """Replays `workload` at `speed` x its rate: every arrival time is divided by `speed`."""
-    if not speed > 0:
-        raise UserError(f"speed must be > 0, got {speed}")
+    if not 0 < speed < math.inf:
+        raise UserError(f"speed must be a finite number > 0, got {speed}")
     out = take(workload, np.arange(len(workload)))
     out.arrival_s = workload.arrival_s / speed
     before = workload.meta.get("speed", 1.0)
@@ -66,8 +67,10 @@ def scale_tokens(workload: Workload, prompt: float = 1.0, output: float = 1.0) -
     """Multiplies prompt and output lengths (rounded, at least 1 token): a trace recorded
     on a big deployment, sized to a small engine while keeping its arrivals and the shape
     of its length distributions. Prefix hashes no longer match scaled prompts: dropped."""
-    if not (prompt > 0 and output > 0):
-        raise UserError(f"token scales must be > 0, got prompt {prompt}, output {output}")
+    if not (0 < prompt < math.inf and 0 < output < math.inf):
+        raise UserError(
+            f"token scales must be finite numbers > 0, got prompt {prompt}, output {output}"
+        )
     out = take(workload, np.arange(len(workload)))
     out.prompt_tokens = np.maximum(1, np.rint(workload.prompt_tokens * prompt)).astype(np.int64)
     out.output_tokens = np.maximum(1, np.rint(workload.output_tokens * output)).astype(np.int64)

@@ -6,6 +6,7 @@ sit under a `fleet:` key of `GatewayConfig`. Defaults are argued in docs/gateway
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -15,7 +16,9 @@ from burstguard.errors import UserError
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # YAML reads .inf and .nan as floats: no setting here means either (an infinite
+    # interval or timeout stalls the loop that uses it, or crashes it converting to int)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class DnsDiscovery(_Strict):
@@ -25,6 +28,15 @@ class DnsDiscovery(_Strict):
     port: int = Field(ge=1, le=65535, description="the engines' port")
     scheme: Literal["http", "https"] = "http"
     interval_s: float = Field(5.0, gt=0, description="re-resolve this often")
+
+    @field_validator("name")
+    @classmethod
+    def _host_name(cls, name: str) -> str:
+        try:  # an empty or over-long label is a UnicodeError from the resolver, not OSError
+            name.encode("idna")
+        except UnicodeError as exc:
+            raise ValueError(f"not a host name ({exc})") from None
+        return name
 
 
 class FileDiscovery(_Strict):
@@ -56,6 +68,12 @@ class HealthConfig(_Strict):
     metrics_stale_s: float = Field(
         2.0, gt=0, description="older metrics count as saturated (llm-d's staleness bound)"
     )
+    max_outage_wait_s: float = Field(
+        10.0, gt=0, description="once every known backend has been unhealthy this long, the "
+        "queue stops waiting for one: queued and new requests get 429 no_backend with a "
+        "Retry-After until one is healthy (a class without queue_deadline_s would otherwise "
+        "wait forever); no backend known at all (scaling from zero) is not an outage",
+    )  # fmt: skip
 
 
 class RouterConfig(_Strict):
@@ -114,6 +132,10 @@ class RedisConfig(_Strict):
     def _redis_url(cls, url: str | None) -> str | None:
         if url is not None and urlsplit(url).scheme not in ("redis", "rediss", "unix"):
             raise ValueError("expected redis://host:port[/db], rediss://... or unix://path")
+        if url is not None:  # the client's own parser (a bad port or option), at load
+            from redis.connection import parse_url
+
+            parse_url(url)  # its ValueError names what is wrong
         return url
 
 
@@ -125,31 +147,49 @@ class FleetConfig(_Strict):
     redis: RedisConfig = RedisConfig()
 
 
+_HOST_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
 def normalize_backend_url(url: str, field: str) -> str:
     """`scheme://host:port/path` without a trailing slash, scheme and host in lower case, so
-    that the same backend written two ways is one backend; UserError naming `field`."""
-    parts = urlsplit(url.strip())
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        raise UserError(f"{field}: {url!r} is not an http(s)://host[:port] URL")
+    that the same backend written two ways is one backend; UserError naming `field` for
+    anything else (a host with spaces or odd characters, a bad port or IPv6 address, or a
+    user, query or fragment, which the gateway would otherwise drop without a word)."""
     try:
+        parts = urlsplit(url.strip())
         port = parts.port
-    except ValueError:
-        raise UserError(f"{field}: {url!r} has a bad port") from None
-    host = parts.hostname.lower()
+    except ValueError as exc:
+        raise UserError(f"{field}: {url!r} is not a URL ({exc})") from None
+    host = (parts.hostname or "").lower()
+    if (
+        parts.scheme.lower() not in ("http", "https")
+        or not host
+        or not (_HOST_NAME.fullmatch(host) or ":" in host)  # IPv6: urlsplit checked it
+    ):
+        raise UserError(f"{field}: {url!r} is not an http(s)://host[:port] URL")
+    if parts.username is not None or parts.query or parts.fragment:
+        raise UserError(f"{field}: {url!r}: a backend URL takes no user, query or fragment")
     if ":" in host:
         host = f"[{host}]"
     netloc = host if port is None else f"{host}:{port}"
     return f"{parts.scheme.lower()}://{netloc}{parts.path.rstrip('/')}"
 
 
-def check_backend_urls(urls: list[str] | tuple[str, ...], field: str) -> tuple[str, ...]:
-    """The normalised URLs of a static list; a duplicate is a UserError naming its index."""
+def check_backend_urls(
+    urls: list[str] | tuple[str, ...], field: str, flag: bool = False
+) -> tuple[str, ...]:
+    """The normalised URLs of a static list; a bad or repeated one is a UserError naming
+    its place: `field.0` in a config, `--backend 1` for a repeated flag (`flag`)."""
+
+    def where(i: int) -> str:
+        return f"{field} {i + 1}" if flag else f"{field}.{i}"
+
     seen: dict[str, int] = {}
     for i, url in enumerate(urls):
-        norm = normalize_backend_url(url, f"{field}.{i}")
+        norm = normalize_backend_url(url, where(i))
         if norm in seen:
             raise UserError(
-                f"{field}.{i}: {url!r} is the same backend as {field}.{seen[norm]} "
+                f"{where(i)}: {url!r} is the same backend as {where(seen[norm])} "
                 f"({urls[seen[norm]]!r}); list each backend once"
             )
         seen[norm] = i

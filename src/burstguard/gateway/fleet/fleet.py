@@ -20,7 +20,7 @@ from burstguard.gateway.fleet.retry_budget import RetryBudget
 from burstguard.gateway.fleet.router import BackendView, Router, RouteRequest
 from burstguard.gateway.request import BackendState
 
-FAILURE_REASONS = ("connect", "reset", "status_5xx", "timeout")
+FAILURE_REASONS = ("connect", "reset", "status_5xx", "timeout", "bad_answer")
 """Passive failures the core reports; each counts towards the backend's circuit breaker."""
 
 
@@ -322,6 +322,10 @@ class Fleet:
             and self._backends[u].health.up
             for u in self._members.active
         )
+
+    def down(self, now: float) -> bool:
+        """Backends are listed and none is healthy (an outage, not a fleet scaled to zero)."""
+        return bool(self._members.active) and not self.ready(now)
 
     def stats(self, now: float) -> list[BackendStats]:
         out = []

@@ -51,7 +51,7 @@ class FleetCollector(Collector):
         )
         failures = CounterMetricFamily(
             "burstguard_backend_failures",
-            "Passive failures (connect, reset, status_5xx, timeout)",
+            "Passive failures (connect, reset, status_5xx, timeout, bad_answer)",
             labels=[*lb, "reason"],
         )
         for s in stats:

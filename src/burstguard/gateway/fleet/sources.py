@@ -23,7 +23,7 @@ import socket
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
-from burstguard.errors import UserError
+from burstguard.errors import UserError, read_user_text
 from burstguard.gateway.fleet.config import (
     DiscoveryConfig,
     DnsDiscovery,
@@ -78,9 +78,10 @@ def _file_stamp(path: Path) -> tuple[int, int, int]:
 
 
 def read_backend_file(cfg: FileDiscovery) -> tuple[str, ...]:
-    """The URLs the file lists; OSError when unreadable, UserError when invalid."""
+    """The URLs the file lists; OSError when unreadable, UserError when invalid (not UTF-8
+    included: any other error would end the watch for good)."""
     path = Path(cfg.path)
-    return parse_backend_file(path.read_text(encoding="utf-8"), str(path))
+    return parse_backend_file(read_user_text(path), str(path))
 
 
 class Discovery:
