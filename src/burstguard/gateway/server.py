@@ -644,6 +644,7 @@ class Gateway:
         A resumed answer continues the stream its client already has."""
 
         def sink(data: bytes) -> None:
+            """Until the client holds a token: its first bytes are timed, nothing is held."""
             hold = relay.content_seen  # until a token is out, nothing waits for the flush
             out = relay.feed(data)
             if out:
@@ -654,6 +655,16 @@ class Gateway:
                     self.event(FirstToken(ex.rid))
                     self.metrics.ttft.labels(ex.cls).observe(ex.ttft_s)
                     self.metrics.own_time.observe(ex.own_s + now - call.head_at)
+            if resp.paused:
+                call.pause(True)
+            if relay.content_seen and ex.ttft_s is not None:
+                call.stream_to(tokens)  # the rest of this answer: the lean path
+
+        def tokens(data: bytes) -> None:
+            """Every later read (most of them): relayed, at most once per flush interval."""
+            out = relay.feed(data)
+            if out:
+                resp.write_soon(out)
             if resp.paused:
                 call.pause(True)
 

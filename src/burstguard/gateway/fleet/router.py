@@ -98,6 +98,8 @@ def _least(
     backends: list[BackendView], key: Callable[[BackendView], tuple[float, ...]], turn: int
 ) -> str:
     """The backend with the lowest key; equal ones take turns."""
+    if len(backends) == 1:  # nothing to compare (a fleet of one: every dispatch)
+        return backends[0].url
     keys = [key(b) for b in backends]
     best = min(keys)
     tied = [b for b, k in zip(backends, keys, strict=True) if k == best]
@@ -131,7 +133,7 @@ class Router:
             placed = self._by_affinity(req, pool, [b.url for b in backends])
             if placed is not None:
                 return placed
-        unknown = _median_speed(pool)
+        unknown = _median_speed(pool) if len(pool) > 1 else 1.0  # one: not compared
         return _least(pool, lambda b: (score(b, req, self.cfg, unknown), b.in_flight), turn)
 
     def _by_affinity(
