@@ -107,8 +107,11 @@ class SseRelay:
 
     @property
     def tail(self) -> bytes:
-        """The stream's last `_SSE_TAIL` bytes (folding what is listed)."""
-        return self._fold() if self._parts else b""
+        """The stream's last `_SSE_TAIL` bytes (folding what is listed since the last fold)."""
+        parts = self._parts
+        if not parts:
+            return b""
+        return parts[0] if self._size == self._kept else self._fold()
 
     def _edited(self, chunk: bytes) -> bytes:
         """An edited stream's read: cut at event boundaries, each event edited."""

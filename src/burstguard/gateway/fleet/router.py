@@ -123,6 +123,8 @@ class Router:
             return None
         turn = self._turn
         self._turn += 1
+        if len(room) == 1 and not self.cfg.affinity:
+            return room[0].url  # the only candidate, whatever the policy would weigh
         policy = self.cfg.policy
         if policy == "round_robin":
             return room[turn % len(room)].url
@@ -133,7 +135,7 @@ class Router:
             placed = self._by_affinity(req, pool, [b.url for b in backends])
             if placed is not None:
                 return placed
-        unknown = _median_speed(pool) if len(pool) > 1 else 1.0  # one: not compared
+        unknown = _median_speed(pool)
         return _least(pool, lambda b: (score(b, req, self.cfg, unknown), b.in_flight), turn)
 
     def _by_affinity(
