@@ -15,8 +15,8 @@ the emulator writes); the gateway's added TTFT (its percentile minus the direct 
 its throughput as a share of direct. A short sequential probe (one stream at a time)
 first gives the per-request cost of the extra hop with no contention, and the gateway's CPU
 per request (its /proc CPU time over the probe; on a shared 2-core VM it varies +-15%
-between runs, so a change smaller than that needs an instruction count, e.g. the gateway
-under `valgrind --tool=callgrind` for a fixed number of requests). Per phase it reads
+between runs, so a change smaller than that needs an instruction count:
+`bench_gateway_instructions.py`, the gateway under callgrind). Per phase it reads
 each process's CPU seconds (/proc/PID/stat; the client's own process time) and the
 machine's (/proc/stat): a process near 1.0 core is CPU-bound (each is one asyncio
 thread); "other" is CPU used by processes outside the benchmark, which contends the run.

@@ -71,3 +71,33 @@ def test_upstream_body_asks_for_usage_and_sets_or_drops_priority() -> None:
     assert upstream_body(data, False, 1)["priority"] == 1
     assert resume_body({"prompt": "abc", "max_tokens": 9}, False, "def", 3) == {
         "prompt": "abcdef", "max_tokens": 6}  # fmt: skip
+
+
+def completion(text: str | None = None, finish: str | None = None) -> bytes:
+    return event({"choices": [{"index": 0, "text": text or "", "finish_reason": finish}]})
+
+
+def test_an_unedited_stream_without_usage_counts_its_events_over_any_reads() -> None:
+    """A backend that sends no usage: one token per content event, however the reads cut
+    the stream (`data:` split across reads, streams longer than the tail the relay keeps),
+    and the stream goes to the client byte for byte."""
+    tokens = 300  # ~17 KB: several folds of the tail
+    stream = b"".join(completion(" tok") for _ in range(tokens)) + completion(finish="length")
+    stream += DONE
+    for size in (1, 3, 4, 5, 7, 64, 185, 4096, len(stream)):
+        relay = SseRelay(chat=False, strip_usage=False, keep_text=False)
+        out = b"".join(relay.feed(stream[i : i + size]) for i in range(0, len(stream), size))
+        assert out == stream
+        assert relay.tokens() == tokens, size
+        assert relay.finished()
+
+
+def test_usage_at_the_end_of_a_long_stream_is_found() -> None:
+    relay = SseRelay(chat=False, strip_usage=False, keep_text=False)
+    for _ in range(200):
+        relay.feed(completion(" tok"))
+    usage = event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 500,
+                                            "total_tokens": 503}})  # fmt: skip
+    relay.feed(completion(finish="length") + usage)
+    relay.feed(DONE)
+    assert relay.tokens() == 500 and relay.finished()

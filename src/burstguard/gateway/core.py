@@ -248,15 +248,19 @@ class GatewayCore:
     def _set_caps(self, now: float) -> None:
         """Each backend's cap for the router: its adaptive limit, or its current load while
         a refused shared lease holds it."""
-        assert self.fleet is not None
-        for url in self.fleet.backends:
-            lim = self._backend_limit(url, now)
-            load = self._backend_load.setdefault(url, [0, 0])
-            lim.observe(now, self._backend_states.get(url), load[0], load[1])
+        fleet = self.fleet
+        assert fleet is not None
+        states, loads, held = self._backend_states, self._backend_load, self._held
+        for url in fleet.backends:  # on every dispatch: lookups kept to the few needed
+            lim = self._backend_limits.get(url) or self._backend_limit(url, now)
+            load = loads.get(url)
+            if load is None:
+                load = loads[url] = [0, 0]
+            lim.observe(now, states.get(url), load[0], load[1])
             cap: float = max(1.0, lim.requests)
-            if self._held.get(url, -math.inf) > now:
+            if held and held.get(url, -math.inf) > now:
                 cap = min(cap, load[0])
-            self.fleet.set_cap(url, cap)
+            fleet.set_cap(url, cap)
 
     @property
     def backend_states(self) -> dict[str, BackendState]:

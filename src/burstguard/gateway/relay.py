@@ -27,17 +27,26 @@ from burstguard.emulator.tokens import count_tokens
 from burstguard.sse import says_why_it_ended
 
 _SSE_TAIL = 4096
+_FOLD_AT = 2 * _SSE_TAIL  # listed read bytes that make `SseRelay` join them into its tail
 _USAGE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _HAS_USAGE = re.compile(rb'"usage"\s*:\s*\{')  # not `"usage": null` on every chunk
 _CONTENT = re.compile(rb'"(?:content|text)"\s*:\s*"(?:[^"\\]|\\.)')  # a non-empty string
 
 
 class SseRelay:
-    """One streamed answer: feed each backend read, write what `feed` returns."""
+    """One streamed answer: feed each backend read, write what `feed` returns.
+
+    `feed` runs for every read the gateway relays, so it does as little as it can: the
+    stream's tail (where the usage and the finish reason are) is kept lazily, reads only
+    listed until they add up to `_FOLD_AT` bytes, then joined and cut to its last
+    `_SSE_TAIL` (`_fold`); an unedited stream's events are counted there too, once per
+    `_FOLD_AT` bytes instead of once per read.
+    """
 
     __slots__ = (
-        "_buf", "_carry", "_chat", "_edit", "_keep", "_scan", "_strip", "base_tokens",
-        "content_seen", "events", "resumed", "tail", "text", "text_events", "usage_tokens",
+        "_buf", "_chat", "_edit", "_events", "_keep", "_kept", "_parts", "_scan", "_size",
+        "_strip", "base_tokens", "content_seen", "resumed", "text", "text_events",
+        "usage_tokens",
     )  # fmt: skip
 
     def __init__(self, chat: bool, strip_usage: bool, keep_text: bool) -> None:
@@ -45,11 +54,12 @@ class SseRelay:
         self._strip = strip_usage
         self._keep = keep_text
         self._edit = strip_usage or keep_text
-        self._carry = b""
         self._buf = b""
-        self.events = 0  # data: events of the current upstream answer
+        self._events = 0  # data: events of the current upstream answer (see `_fold`)
         self.text_events = 0  # events that carried text, over all answers (edited streams)
-        self.tail = b""
+        self._parts: list[bytes] = []  # the stream's last reads, oldest first
+        self._size = 0  # bytes in _parts
+        self._kept = 0  # of those, the tail kept by the last fold (its events counted)
         self.text: list[str] = []
         self.usage_tokens: int | None = None
         self.base_tokens = 0  # tokens the client had when this answer was resumed
@@ -61,27 +71,52 @@ class SseRelay:
         """The answer so far is final; the next feeds are a resumed answer's."""
         self.base_tokens = self.tokens()
         self.resumed = True
-        self.events = 0
+        self._events = 0
         self.usage_tokens = None
-        self.tail = self._buf = self._carry = b""
+        self._buf = b""
+        self._parts = []
+        self._size = self._kept = 0
 
     def feed(self, chunk: bytes) -> bytes:
         """What to write to the client for one backend read."""
-        out = self._feed(chunk)
+        self._parts.append(chunk)
+        self._size += len(chunk)
+        if self._size > _FOLD_AT:
+            self._fold()
+        out = self._edited(chunk) if self._edit else chunk
         if out and not self.content_seen:
             seen = self._scan + out
             self.content_seen = _CONTENT.search(seen) is not None
             self._scan = seen[-64:]
         return out
 
-    def _feed(self, chunk: bytes) -> bytes:
-        self.tail = (self.tail + chunk)[-_SSE_TAIL:]
+    def _fold(self) -> bytes:
+        """The stream's last `_SSE_TAIL` bytes, from the reads listed since the last fold.
+        An unedited stream's `data:` events are counted here, each once: the count starts
+        4 bytes before the end of the tail kept last time, so an event name split across
+        that end is counted with the bytes that complete it, and none wholly inside it
+        twice."""
+        parts = self._parts
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
         if not self._edit:
-            self.events += (self._carry + chunk).count(b"data:")
-            self._carry = chunk[-4:]
-            return chunk
+            self._events += data.count(b"data:", max(0, self._kept - 4))
+        tail = data[-_SSE_TAIL:]
+        self._parts = [tail]
+        self._size = self._kept = len(tail)
+        return tail
+
+    @property
+    def tail(self) -> bytes:
+        """The stream's last `_SSE_TAIL` bytes (folding what is listed since the last fold)."""
+        parts = self._parts
+        if not parts:
+            return b""
+        return parts[0] if self._size == self._kept else self._fold()
+
+    def _edited(self, chunk: bytes) -> bytes:
+        """An edited stream's read: cut at event boundaries, each event edited."""
         if not self._keep and not self._buf and chunk.endswith(b"\n\n") and b'"usage"' not in chunk:
-            self.events += chunk.count(b"data:")  # whole events, none to strip: as they came
+            self._events += chunk.count(b"data:")  # whole events, none to strip: as they came
             return chunk
         data = self._buf + chunk
         end = data.rfind(b"\n\n")
@@ -100,7 +135,7 @@ class SseRelay:
         """Learns from one SSE event; the event to write (edited), or None to drop it."""
         if not event.startswith(b"data:"):
             return event
-        self.events += 1
+        self._events += 1
         payload = event[5:].strip()
         if payload == b"[DONE]" or not (self._keep or _HAS_USAGE.search(payload)):
             return event  # the common case: no JSON parsed
@@ -145,20 +180,21 @@ class SseRelay:
     def tokens(self) -> int:
         """Tokens the client received: the backend's usage (plus what an earlier answer
         gave), else one per content event."""
+        tail = self.tail  # (an unedited stream's events are counted up to date by this)
         if self.usage_tokens is not None:
             return self.base_tokens + self.usage_tokens
         if not self._edit:
-            found = _USAGE.findall(self.tail)
+            found = _USAGE.findall(tail)
             if found:
                 return self.base_tokens + int(found[-1])
-            n = self.events
-            if b"[DONE]" in self.tail:
+            n = self._events
+            if b"[DONE]" in tail:
                 n -= 1
             n -= 1 + (1 if self._chat else 0)  # finish chunk, role chunk
             return self.base_tokens + max(0, n)
         if self._keep:
             return self.text_events
-        n = self.events - (1 if b"[DONE]" in self.tail else 0) - 1 - (1 if self._chat else 0)
+        n = self._events - (1 if b"[DONE]" in tail else 0) - 1 - (1 if self._chat else 0)
         return self.base_tokens + max(0, n)
 
 

@@ -6,7 +6,7 @@ Kept apart from the core so the queue and the policies can share them without a 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from burstguard.gateway.config import ClassConfig
 
@@ -51,8 +51,9 @@ class Entry:
     first_token_at: float | None = None  # the client's first token (once, across resumes)
     preemptions: int = 0  # > 0: its client holds a started answer; never shed from the queue
     charged: int = 0  # predicted tokens charged to its tenant's fairness (once, at a release)
+    cost: int = field(init=False)
+    """Tokens it holds in the budget: prompt + predicted output (read a dozen times per
+    request, so stored: neither part changes)."""
 
-    @property
-    def cost(self) -> int:
-        """Tokens it holds in the budget: prompt + predicted output."""
-        return self.req.prompt_tokens + self.predicted_output
+    def __post_init__(self) -> None:
+        self.cost = self.req.prompt_tokens + self.predicted_output

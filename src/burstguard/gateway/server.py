@@ -45,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import logging
 import math
 import time
@@ -306,7 +305,7 @@ class Gateway:
         """Hands `event` to the core and carries out every effect it returns. A request
         leaving its backend gives its shared slot back first, so a request the core
         releases into that slot in the same answer finds it free."""
-        if isinstance(event, (Finish, Fail, Cancel, BackendFailed)):
+        if self.shared is not None and isinstance(event, (Finish, Fail, Cancel, BackendFailed)):
             self._drop_lease(self._running.get(event.request_id))
         for effect in self.core.handle(event, self._now()):
             self._carry_out(effect)
@@ -331,7 +330,7 @@ class Gateway:
                 self._drop_lease(ex)
                 ex.preempted = True
                 ex.preemptions += 1
-                self.metrics.preemptions.labels(ex.cls).inc()
+                self.metrics.preemptions_of(ex.cls).inc()
                 if ex.call is not None:
                     ex.call.abort()  # the engine aborts it and frees its KV
             return
@@ -438,7 +437,7 @@ class Gateway:
             ident = self.auth.authenticate(
                 req.headers.get("authorization"), req.headers.get("x-api-key")
             )
-            gen = parse_request(model, req.body)
+            gen, data = parse_request(model, req.body)
             cls, tenant = self._classify(ident, req.headers, gen)
             prompt_tokens = gen.prompt_tokens(self.prompt_counters.for_model(gen.model).count)
         except AuthError as exc:
@@ -461,7 +460,7 @@ class Gateway:
         self._waiting[rid] = fut
         self.event(Arrive(gr))
         try:
-            await self._serve(req, resp, ex, fut, gen)
+            await self._serve(req, resp, ex, fut, gen, data)
         except asyncio.CancelledError:
             if not resp.gone:
                 self._end_unexpected(ex)
@@ -489,11 +488,10 @@ class Gateway:
 
     async def _serve(
         self, req: HttpRequest, resp: Responder, ex: _Exchange,
-        fut: asyncio.Future[Effect], gen: GenerationRequest,
+        fut: asyncio.Future[Effect], gen: GenerationRequest, data: dict[str, Any],
     ) -> None:  # fmt: skip
-        """Waits for the core's answer; serves the request on the backend it names, again
-        after each preemption, failover or refused lease."""
-        data: dict[str, Any] = orjson.loads(req.body)  # as parse_request read it
+        """Waits for the core's answer; serves the request (`data`: its body, parsed) on
+        the backend it names, again after each preemption, failover or refused lease."""
         chat = ex.route.endswith("chat/completions")
         opts = gen.stream_options
         keep = ex.stream and self._resume
@@ -515,7 +513,7 @@ class Gateway:
             released = self._clock()
             if ex.queue_wait_s is None:
                 ex.queue_wait_s = released - ex.arrival
-                self.metrics.queue_wait.labels(ex.cls).observe(ex.queue_wait_s)
+                self.metrics.queue_wait_of(ex.cls).observe(ex.queue_wait_s)
             # the core's next answer about it (a preemption's or failover's Release, Abandon)
             fut = self._expect(ex.rid)
             self._running[ex.rid] = ex
@@ -644,6 +642,7 @@ class Gateway:
         A resumed answer continues the stream its client already has."""
 
         def sink(data: bytes) -> None:
+            """Until the client holds a token: its first bytes are timed, nothing is held."""
             hold = relay.content_seen  # until a token is out, nothing waits for the flush
             out = relay.feed(data)
             if out:
@@ -652,8 +651,18 @@ class Gateway:
                     now = self._clock()
                     ex.ttft_s = now - ex.arrival
                     self.event(FirstToken(ex.rid))
-                    self.metrics.ttft.labels(ex.cls).observe(ex.ttft_s)
+                    self.metrics.ttft_of(ex.cls).observe(ex.ttft_s)
                     self.metrics.own_time.observe(ex.own_s + now - call.head_at)
+            if resp.paused:
+                call.pause(True)
+            if relay.content_seen and ex.ttft_s is not None:
+                call.stream_to(tokens)  # the rest of this answer: the lean path
+
+        def tokens(data: bytes) -> None:
+            """Every later read (most of them): relayed, at most once per flush interval."""
+            out = relay.feed(data)
+            if out:
+                resp.write_soon(out)
             if resp.paused:
                 call.pause(True)
 
@@ -680,7 +689,7 @@ class Gateway:
         ex.output_tokens = relay.tokens()
         if relay.finished():
             ex.outcome = "completed"
-            self.metrics.output_tokens.labels(ex.cls).inc(ex.output_tokens)
+            self.metrics.output_tokens_of(ex.cls).inc(ex.output_tokens)
             self.event(Finish(ex.rid, ex.output_tokens))
         else:  # the backend ended it early (it died, or llama-cpp-python's cut)
             self.metrics.errors.labels("backend_cut_stream").inc()
@@ -701,7 +710,7 @@ class Gateway:
             return
         ex.output_tokens = tokens
         ex.outcome, ex.status = "completed", 200
-        self.metrics.output_tokens.labels(ex.cls).inc(ex.output_tokens)
+        self.metrics.output_tokens_of(ex.cls).inc(ex.output_tokens)
         self.event(Finish(ex.rid, ex.output_tokens))
         resp.send(200, raw, [
             ("content-type", call.content_type or "application/json"),
@@ -721,7 +730,7 @@ class Gateway:
         if self.shared is not None and ex.backends:  # the tenant's service, for all replicas
             self.shared.charge_tenant(ex.cls, ex.tenant, ex.prompt_tokens + ex.output_tokens)
         if self.config.log_requests and access_log.isEnabledFor(logging.INFO):
-            access_log.info(json.dumps({
+            access_log.info(orjson.dumps({  # (json.dumps: 5 us of every request, orjson 0.3)
                 "id": ex.rid, "class": ex.cls, "tenant": ex.tenant, "route": ex.route,
                 "stream": ex.stream, "outcome": outcome, "reason": ex.reason,
                 "status": ex.status or None, "queue_wait_s": _round(ex.queue_wait_s),
@@ -729,7 +738,7 @@ class Gateway:
                 "output_tokens": ex.output_tokens, "preemptions": ex.preemptions,
                 "backends": ex.backends, "failover_resumes": ex.resumed_on_failover,
                 "duration_s": _round(self._clock() - ex.arrival),
-            }, separators=(",", ":")))  # fmt: skip
+            }).decode())  # fmt: skip
 
     # -- other routes ---------------------------------------------------------------
 

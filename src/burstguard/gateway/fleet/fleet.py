@@ -134,7 +134,7 @@ class Fleet:
     @property
     def backends(self) -> tuple[str, ...]:
         """Every backend still known, active first."""
-        return self._members.active + self._members.draining
+        return self._members.all
 
     # -- observations -----------------------------------------------------------------
 
@@ -200,8 +200,13 @@ class Fleet:
         return url
 
     def has_room(self, now: float) -> bool:
-        """Some routable backend is below its cap (else `route` would answer None)."""
-        return any(v.has_room for v in self.views(now))
+        """Some routable backend is below its cap (else `route` would answer None): what
+        `views` would say, without building them (asked before every release)."""
+        for url in self._members.active:
+            b = self._backends[url]
+            if b.health.breaker.allows(now) and len(b.requests) < b.cap:
+                return True
+        return False
 
     def unroute(self, request_id: str) -> None:
         """Takes back a `route` whose request was never sent (its shared lease was

@@ -24,19 +24,19 @@ class MembershipChange:
 
 
 class Membership:
-    """Active backends (in discovery order) and draining ones."""
+    """Active backends (in discovery order) and draining ones. The lists are read on every
+    dispatch and change only with discovery: they are kept as tuples, built on change."""
 
     def __init__(self) -> None:
         self._active: dict[str, None] = {}  # an ordered set
         self._draining: dict[str, None] = {}
+        self.active: tuple[str, ...] = ()
+        self.draining: tuple[str, ...] = ()
+        self.all: tuple[str, ...] = ()  # active first, then draining
 
-    @property
-    def active(self) -> tuple[str, ...]:
-        return tuple(self._active)
-
-    @property
-    def draining(self) -> tuple[str, ...]:
-        return tuple(self._draining)
+    def _changed(self) -> None:
+        self.active, self.draining = tuple(self._active), tuple(self._draining)
+        self.all = self.active + self.draining
 
     def is_active(self, url: str) -> bool:
         return url in self._active
@@ -53,6 +53,7 @@ class Membership:
             del self._active[u]
             self._draining[u] = None
         self._active = {u: None for u in desired}
+        self._changed()
         return MembershipChange(added, leaving, restored)
 
     def drop(self, url: str) -> bool:
@@ -60,4 +61,5 @@ class Membership:
         if url not in self._draining:
             return False
         del self._draining[url]
+        self._changed()
         return True

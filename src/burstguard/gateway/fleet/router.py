@@ -98,6 +98,8 @@ def _least(
     backends: list[BackendView], key: Callable[[BackendView], tuple[float, ...]], turn: int
 ) -> str:
     """The backend with the lowest key; equal ones take turns."""
+    if len(backends) == 1:  # nothing to compare (a fleet of one: every dispatch)
+        return backends[0].url
     keys = [key(b) for b in backends]
     best = min(keys)
     tied = [b for b, k in zip(backends, keys, strict=True) if k == best]
@@ -121,6 +123,8 @@ class Router:
             return None
         turn = self._turn
         self._turn += 1
+        if len(room) == 1 and not self.cfg.affinity:
+            return room[0].url  # the only candidate, whatever the policy would weigh
         policy = self.cfg.policy
         if policy == "round_robin":
             return room[turn % len(room)].url
