@@ -44,6 +44,8 @@ from burstguard.autoscale.fleet import (
 )
 from burstguard.autoscale.live import LiveScaler, aligned
 from burstguard.autoscale.signals import SIGNAL_NAMES
+from burstguard.bench.preflight import served_models
+from burstguard.errors import UserError
 from burstguard.procs import ManagedProcess, free_port
 from burstguard.scrape import metric_sum, parse_metrics
 
@@ -259,17 +261,17 @@ class LocalFleet:
         100 ms of engine time at 4x, more under load), which a real replica has paid in its
         start-up (vLLM's dummy run and graph capture) and the simulator never charges."""
         assert self._session is not None
-        timeout = aiohttp.ClientTimeout(total=10 * SCRAPE_TIMEOUT_S)
+        timeout_s = 10 * SCRAPE_TIMEOUT_S
         try:
-            async with self._session.get(f"{url}/v1/models", timeout=timeout) as resp:
-                model = (await resp.json())["data"][0]["id"]
+            model = (await asyncio.to_thread(served_models, url, timeout_s))[0]
             body = {"model": model, "max_tokens": 1, "stream": True,
                     "messages": [{"role": "user", "content": "warm-up"}]}  # fmt: skip
             async with self._session.post(
-                f"{url}/v1/chat/completions", json=body, timeout=timeout
-            ) as resp:
+                f"{url}/v1/chat/completions", json=body,
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
+            ) as resp:  # fmt: skip
                 await resp.read()
-        except (TimeoutError, aiohttp.ClientError, KeyError, IndexError) as exc:
+        except (UserError, IndexError, TimeoutError, aiohttp.ClientError) as exc:
             log.warning("warm-up of %s failed (%s): it serves cold", url, exc)
 
     def _new_process(self) -> tuple[ManagedProcess, str]:
