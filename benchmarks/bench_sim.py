@@ -20,9 +20,7 @@ from burstguard.workload.synth import PatternSpec, synthesize
 from burstguard.workload.traces import load_workload
 
 ROOT = Path(__file__).resolve().parent.parent
-AZURE = ROOT.parent / "shared" / "traces" / "azure2023_code.csv"
-if not AZURE.exists():
-    AZURE = ROOT / "examples" / "traces" / "azure2023_code.csv"
+AZURE = ROOT / "examples" / "traces" / "azure2023_code.csv"
 
 
 def run(name: str, workload, config: EngineConfig, fast_forward: bool = True) -> None:  # type: ignore[no-untyped-def]

@@ -15,6 +15,7 @@ from burstguard.gateway.config import AdmissionConfig, ClassConfig, GatewayConfi
 from burstguard.gateway.core import GatewayCore
 from burstguard.gateway.events import Release
 from burstguard.gateway.request import GatewayRequest
+from burstguard.workload import seed
 
 
 def req(i: int, cls: str, t: float = 0.0, prompt: int = 100, out: int = 50) -> GatewayRequest:
@@ -187,7 +188,7 @@ def test_the_backend_tokenizer_counts_prompts(tmp_path: Path, reference_tokenize
     from burstguard.gateway.server import Gateway
     from burstguard.tokenizer import load_tokenizer
 
-    prompt = "用通俗的语言解释什么是量子纠缠，并给出三个生活化类比。"
+    prompt = seed.PROMPT
     backend = {"url": "http://127.0.0.1:8000"}
     gw = Gateway(GatewayConfig.model_validate({"backends": [backend]}))
     for model, want in (

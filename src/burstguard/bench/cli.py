@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from burstguard.errors import UserError
+from burstguard.workload import seed
 from burstguard.workload.options import pattern_options
 from burstguard.workload.synth import PatternSpec
 
@@ -301,7 +302,7 @@ def _steady_vs_burst(
     rate = pattern_spec.rate if pattern_spec is not None else None
     steady_cfg = dataclasses.replace(config, out_dir=out / "steady", label="steady")
     if rate is None:
-        steady_cfg.concurrency = config.concurrency or 32
+        steady_cfg.concurrency = config.concurrency or seed.STEADY_USERS
         steady_wl = _workload(None, shape_spec)
     else:
         steady_cfg.concurrency = None

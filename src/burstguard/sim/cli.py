@@ -16,6 +16,7 @@ from burstguard.engine.config import EngineConfig
 from burstguard.engine.options import engine_options
 from burstguard.engine.profile import Profile
 from burstguard.errors import UserError, check_writable
+from burstguard.workload import seed
 from burstguard.workload.options import TraceFileOption, TraceFormatOption, pattern_options
 from burstguard.workload.synth import PatternSpec
 
@@ -148,7 +149,7 @@ def sim(
             raise UserError("--scenario steady-vs-burst needs --out DIR")
         if trace is not None or pattern_spec is not None or burst_cycle or gateway is not None:
             raise UserError("--scenario makes its own legs: no --trace/--pattern/--burst-cycle")
-        concurrency = concurrency or 32
+        concurrency = concurrency or seed.STEADY_USERS
         return _scenario(out, shape_spec, engine_config, profile, concurrency, think_time,
                          ramp_up, slo)  # fmt: skip
     closed = concurrency is not None or burst_cycle

@@ -17,6 +17,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from burstguard.errors import UserError
+from burstguard.workload import seed
 from burstguard.workload.shapes import parse_key_values
 from burstguard.workload.synth import PATTERNS, PatternSpec
 
@@ -66,8 +67,20 @@ def _params(positional: bool) -> list[inspect.Parameter]:
         opt("wl_rate", float | None, None, "--rate", "mean request rate (req/s)"),
         opt("wl_seed", int, 0, "--seed", "random seed"),
         opt("wl_burstiness", float, 1.0, "--burstiness", "gamma: shape k (CV = 1/sqrt(k))"),
-        opt("wl_burst_size", str, "15-30", "--burst-size", "burst: requests per burst, A-B"),
-        opt("wl_idle", str, "5-15", "--idle", "burst: idle gap s, A-B (scaled to --rate)"),
+        opt(
+            "wl_burst_size",
+            str,
+            seed.range_text(seed.BURST_SIZE),
+            "--burst-size",
+            "burst: requests per burst, A-B",
+        ),
+        opt(
+            "wl_idle",
+            str,
+            seed.range_text(seed.IDLE_S),
+            "--idle",
+            "burst: idle gap s, A-B (scaled to --rate)",
+        ),
         opt("wl_hurst", float, 0.8, "--hurst", "pareto: target Hurst exponent (0.5-1)"),
         opt("wl_mmpp", str, "20,1,2,10", "--mmpp", "mmpp: RATE_ON,RATE_OFF,MEAN_ON_S,MEAN_OFF_S"),
         opt("wl_envelope", str | None, None, "--envelope", "ramp|step|diurnal[:key=v,...]"),

@@ -9,6 +9,7 @@ import numpy as np
 
 from burstguard.errors import UserError
 from burstguard.workload import arrivals
+from burstguard.workload.seed import BURST_SIZE, IDLE_S
 from burstguard.workload.shapes import parse_mix, sample_labels, sample_lengths
 from burstguard.workload.spec import Workload
 
@@ -32,8 +33,8 @@ class PatternSpec:
     rate: float | None = None
     seed: int = 0
     burstiness: float = 1.0
-    burst_size: tuple[int, int] = (15, 30)
-    idle_s: tuple[float, float] = (5.0, 15.0)
+    burst_size: tuple[int, int] = BURST_SIZE
+    idle_s: tuple[float, float] = IDLE_S
     burst_spread_s: float = 0.0
     mmpp_rate_on: float = 20.0
     mmpp_rate_off: float = 1.0
