@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from burstguard.autoscale.export import DEFAULT_PROMETHEUS
 from burstguard.errors import UserError, check_writable
 
 scaling_app = typer.Typer(
@@ -46,8 +47,14 @@ def export_cmd(
         str, typer.Option("--namespace", help="Kubernetes namespace.")
     ] = "default",
     prometheus: Annotated[
-        str, typer.Option("--prometheus", help="Prometheus URL as KEDA reaches it.")
-    ] = "http://prometheus-operated.monitoring.svc:9090",
+        str,
+        typer.Option(
+            "--prometheus",
+            help="Prometheus URL as KEDA reaches it (default: the Prometheus Operator's "
+            "service prometheus-operated in namespace monitoring, port 9090).",
+            show_default=False,
+        ),
+    ] = DEFAULT_PROMETHEUS,
     min_replicas: Annotated[
         int | None, typer.Option("--min-replicas", help="Override the policy's minimum.")
     ] = None,

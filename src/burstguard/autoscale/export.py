@@ -37,6 +37,9 @@ _OBEY = Behavior(
 
 # a DNS-1123 label: what Kubernetes takes as a namespace and as a Knative Service's name
 # (the stricter of the names these manifests carry)
+DEFAULT_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
+"""The Prometheus Operator's service in namespace monitoring, as KEDA reaches it."""
+
 _K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
@@ -49,7 +52,7 @@ class ExportTarget:
         self,
         name: str = "burstguard-engine",
         namespace: str = "default",
-        prometheus: str = "http://prometheus-operated.monitoring.svc:9090",
+        prometheus: str = DEFAULT_PROMETHEUS,
         kind: str = "Deployment",
     ) -> None:
         for flag, value in (("--name", name), ("--namespace", namespace)):

@@ -82,7 +82,13 @@ def _params(positional: bool) -> list[inspect.Parameter]:
             "burst: idle gap s, A-B (scaled to --rate)",
         ),
         opt("wl_hurst", float, 0.8, "--hurst", "pareto: target Hurst exponent (0.5-1)"),
-        opt("wl_mmpp", str, "20,1,2,10", "--mmpp", "mmpp: RATE_ON,RATE_OFF,MEAN_ON_S,MEAN_OFF_S"),
+        opt(
+            "wl_mmpp",
+            str,
+            "20,1,2,10",
+            "--mmpp",
+            "mmpp: ON_RATE,OFF_RATE (req/s), MEAN_ON_S, MEAN_OFF_S (comma-separated)",
+        ),
         opt("wl_envelope", str | None, None, "--envelope", "ramp|step|diurnal[:key=v,...]"),
         opt(
             "wl_prompt_tokens",
