@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from burstguard.emulator.tokens import TextCounter, count_chat_tokens, count_tokens
+from burstguard.prefix import chat_text
 
 TokenId = Annotated[int, Field(ge=0)]  # a negative token id is no token (vLLM refuses it)
 
@@ -84,6 +85,10 @@ class ChatCompletionRequest(_Generation):
         """Prompt tokens with `count` for texts (the model's tokenizer, or the estimate)."""
         return count_chat_tokens(({"content": m.text} for m in self.messages), count)
 
+    def cache_text(self) -> str:
+        """The prompt as prefix hashing reads it (`prefix.chat_text`)."""
+        return chat_text((m.role, m.text) for m in self.messages)
+
 
 class CompletionRequest(_Generation):
     """POST /v1/completions: a text, texts, token ids or lists of token ids."""
@@ -105,6 +110,12 @@ class CompletionRequest(_Generation):
     def prompt_tokens(self, count: TextCounter = count_tokens) -> int:
         """Prompt tokens with `count` for texts; token ids count as themselves."""
         return max(1, sum(count(p) if isinstance(p, str) else len(p) for p in self.prompts()))
+
+    def cache_text(self) -> str:
+        """The prompt as prefix hashing reads it: a single text prompt; "" for token ids or
+        several prompts (no prefix blocks)."""
+        prompts = self.prompts()
+        return prompts[0] if len(prompts) == 1 and isinstance(prompts[0], str) else ""
 
 
 GenerationRequest = ChatCompletionRequest | CompletionRequest

@@ -1,9 +1,9 @@
 """Request bodies for a workload: deterministic prompts of the requested token length.
 
-Prompts are burstguard's filler text (`emulator.tokens`: 4 characters per token), so the
-emulator counts exactly the requested prompt tokens; each prompt starts with its request id
-so a real engine's prefix cache cannot serve one request from another's blocks. A prompt
-file replaces the filler (its lines or JSONL `prompt` fields, used in turn).
+Prompts are `workload.prompts`: a request's prefix blocks as shared text, its request id,
+then filler (4 characters per token), so the emulator counts exactly the requested prompt
+tokens and an engine's prefix cache serves exactly the blocks requests share in the
+workload. A prompt file replaces them (its lines or JSONL `prompt` fields, used in turn).
 Labels travel as headers the gateway reads (`x-burstguard-class`, `x-burstguard-tenant`)
 and, with `send_priority`, as vLLM's `priority` field (interactive 0, standard 1, batch 2) —
 off by default because vLLM rejects a non-zero priority unless it runs
@@ -17,13 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from burstguard.emulator.tokens import (
-    CHARS_PER_TOKEN,
-    CHAT_REPLY_TOKENS,
-    CHAT_TOKENS_PER_MESSAGE,
-    filler_text,
-)
 from burstguard.errors import UserError
+from burstguard.prefix import BLOCK_TOKENS
+from burstguard.workload.prompts import PromptRenderer, chat_content_tokens
 from burstguard.workload.spec import RequestSpec, priority_of
 
 Api = Literal["chat", "completions"]
@@ -68,23 +64,20 @@ class PayloadBuilder:
     ignore_eos: bool = True
     send_priority: bool = False
     prompts: list[str] | None = None
-    _filler: str = ""
+    prefix_block_tokens: int = BLOCK_TOKENS
+    _renderer: PromptRenderer | None = None
 
     def _text(self, spec: RequestSpec, index: int, tokens: int) -> str:
         if self.prompts:
             return self.prompts[index % len(self.prompts)]
-        tag = f"[{spec.id}]"
-        tag += " " * (-len(tag) % CHARS_PER_TOKEN)
-        n_chars = max(0, tokens * CHARS_PER_TOKEN - len(tag))
-        if len(self._filler) < n_chars:
-            self._filler = filler_text(max(n_chars // CHARS_PER_TOKEN * 2, 4096))
-        return tag + self._filler[:n_chars]
+        if self._renderer is None:
+            self._renderer = PromptRenderer(self.prefix_block_tokens)
+        return self._renderer.text(spec, tokens)
 
     def body(self, spec: RequestSpec, index: int) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "max_tokens": max(1, spec.max_tokens)}
         if self.api == "chat":
-            overhead = CHAT_TOKENS_PER_MESSAGE + CHAT_REPLY_TOKENS
-            text = self._text(spec, index, max(1, spec.prompt_tokens - overhead))
+            text = self._text(spec, index, chat_content_tokens(spec.prompt_tokens))
             body["messages"] = [{"role": "user", "content": text}]
         else:
             body["prompt"] = self._text(spec, index, max(1, spec.prompt_tokens))

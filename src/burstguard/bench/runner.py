@@ -336,6 +336,7 @@ async def _run(
     """One process's leg. `start_gate`, for a worker: awaited once connected, it returns
     the origin all workers share."""
     run = _Run(config, writer, reporter, shard)
+    run.payload.prefix_block_tokens = workload.prefix_block_tokens
     cycle = BurstCycle(config.cycle) if config.cycle is not None else None
     run.cycle = cycle
     loop = asyncio.get_running_loop()

@@ -44,6 +44,7 @@ class RequestHandle:
     output_tokens: int
     priority: int
     arrival_s: float
+    prefix_hashes: tuple[int, ...] = ()
     queue: asyncio.Queue[int | RequestRejected | None] = field(default_factory=asyncio.Queue)
     scheduled_s: float | None = None
     produced: int = 0
@@ -85,9 +86,15 @@ class EngineDriver:
         return (self._clock() - self._t0) * self.speedup
 
     def submit(
-        self, prompt_tokens: int, max_tokens: int, output_tokens: int, priority: int = 0
+        self,
+        prompt_tokens: int,
+        max_tokens: int,
+        output_tokens: int,
+        priority: int = 0,
+        prefix_hashes: tuple[int, ...] = (),
     ) -> RequestHandle:
-        """Queues a request for the next step; its tokens arrive on `handle.queue`."""
+        """Queues a request for the next step; its tokens arrive on `handle.queue`.
+        `prefix_hashes`: its prompt's block hashes, for the engine's prefix cache."""
         handle = RequestHandle(
             id=f"req-{next(self._ids)}",
             prompt_tokens=prompt_tokens,
@@ -95,6 +102,7 @@ class EngineDriver:
             output_tokens=output_tokens,
             priority=priority,
             arrival_s=max(self.engine_now(), self._engine_s),
+            prefix_hashes=prefix_hashes,
         )
         self._arrivals.append(handle)
         self._wake.set()
@@ -137,6 +145,7 @@ class EngineDriver:
                     handle.output_tokens,
                     handle.arrival_s,
                     priority=handle.priority,
+                    prefix_hashes=handle.prefix_hashes,
                 )
                 try:
                     core.add_request(request, handle.arrival_s)

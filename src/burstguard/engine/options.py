@@ -111,6 +111,13 @@ def _option_params() -> list[inspect.Parameter]:
             defaults.enable_prefix_caching,
             help="reuse cached KV blocks of shared prompt prefixes",
         ),
+        opt(
+            "num_gpu_blocks_override",
+            int | None,
+            None,
+            "--num-gpu-blocks-override",
+            help="KV cache blocks (16 tokens each), whatever the profile's memory allows",
+        ),
     ]
 
 

@@ -114,6 +114,7 @@ from burstguard.gateway.upstream import (
     UpstreamPool,
     UpstreamTimeout,
 )
+from burstguard.prefix import block_hashes
 from burstguard.tokenizer import ModelCounters
 
 access_log = logging.getLogger("burstguard.gateway.access")
@@ -453,8 +454,14 @@ class Gateway:
         # a stream of token ids (or of several prompts) cannot be continued with text
         prompts = gen.prompts() if isinstance(gen, CompletionRequest) else [""]
         resumable = not gen.stream or (len(prompts) == 1 and isinstance(prompts[0], str))
+        router = self.config.fleet.router
+        hashes = (
+            block_hashes(gen.cache_text(), router.block_tokens, router.affinity_blocks)
+            if router.affinity
+            else ()
+        )
         gr = GatewayRequest(rid, arrival * self._speedup, prompt_tokens, gen.output_limit(),
-                            cls, tenant, req.path, resumable)  # fmt: skip
+                            cls, tenant, req.path, resumable, prefix_hashes=hashes)  # fmt: skip
         ex.own_s = self._clock() - arrival  # read to the core; the rest is added at release
         fut: asyncio.Future[Effect] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut

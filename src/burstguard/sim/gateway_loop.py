@@ -35,6 +35,7 @@ from typing import Any
 from burstguard.autoscale import ScalingPolicy
 from burstguard.autoscale.signals import gateway_signals
 from burstguard.bench.records import RequestRecord
+from burstguard.emulator.tokens import CHARS_PER_TOKEN
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.core import (
     DecodeRun,
@@ -63,12 +64,14 @@ from burstguard.gateway.events import (
 )
 from burstguard.gateway.fleet.fleet import Fleet
 from burstguard.gateway.request import GatewayRequest
+from burstguard.prefix import block_hashes, chat_text
 from burstguard.sim.autoscaling import ScalingDriver, discovery_lag_s
 from burstguard.sim.heap import EventHeap
-from burstguard.sim.loop import RecordBook, SimResult, served_prompt
+from burstguard.sim.loop import RecordBook, SimResult, engine_prefix, served_prompt
 from burstguard.sim.replicas import ReplicaSet, replica_id
 from burstguard.sim.series import SeriesRecorder
-from burstguard.workload.spec import Workload
+from burstguard.workload.prompts import PromptRenderer, chat_content_tokens
+from burstguard.workload.spec import RequestSpec, Workload
 
 __all__ = ["GatewaySimResult", "gateway_summary", "simulate_gateway"]
 
@@ -132,6 +135,9 @@ class _GatewaySim:
         )
         self.book = RecordBook()
         self.max_tokens: dict[str, int] = {}
+        self.prefix: dict[str, tuple[int, ...]] = {}  # request id -> its engine prefix blocks
+        self.prompts = PromptRenderer(workload.prefix_block_tokens)
+        self.engine_config = engine
         self.reprefill_tokens = 0
         self.tick_s = TICK_S * gateway.engine_speedup
         self.scrape_s = gateway.scrape_interval_s * gateway.engine_speedup
@@ -160,9 +166,22 @@ class _GatewaySim:
             gen = self._generation
             self.heap.at(_next_on_grid(now, self.scrape_s), SCRAPE, lambda t: self.scrape(t, gen))
             self.heap.at(_next_on_grid(now, self.tick_s), TICK, lambda t: self.tick(t, gen))
+        block_size = self.engine_config.block_size
+        self.prefix[spec.id] = engine_prefix(spec, self.workload.prefix_block_tokens, block_size)
         req = GatewayRequest(spec.id, now, spec.prompt_tokens, spec.max_tokens, cls, spec.tenant,
-                             prefix_hashes=spec.prefix_hashes)  # fmt: skip
+                             prefix_hashes=self.routing_hashes(spec))  # fmt: skip
         self.event(Arrive(req), now)
+
+    def routing_hashes(self, spec: RequestSpec) -> tuple[int, ...]:
+        """What the live gateway's prefix affinity keys on: the leading blocks of the text
+        bench sends for `spec` (a one-message chat, bench's default API)."""
+        router = self.config.fleet.router
+        if not router.affinity:
+            return ()
+        width = router.affinity_blocks * router.block_tokens * CHARS_PER_TOKEN
+        content = self.prompts.text(spec, chat_content_tokens(spec.prompt_tokens), width)
+        return block_hashes(chat_text([("user", content)]), router.block_tokens,
+                            router.affinity_blocks)  # fmt: skip
 
     @staticmethod
     def _answered(rec: RequestRecord, now: float, status: int, error: str) -> None:
@@ -206,7 +225,10 @@ class _GatewaySim:
         try:
             check_priority(engine.config, priority)
             engine.add_request(
-                EngineRequest(rid, prompt, self.max_tokens[rid] - have, now, priority), now
+                EngineRequest(
+                    rid, prompt, self.max_tokens[rid] - have, now, priority, self.prefix[rid]
+                ),
+                now,
             )
         except RequestRejected:  # the backend's 400 passes through to the client
             self._answered(rec, now, 400, "http_400")

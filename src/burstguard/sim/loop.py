@@ -22,6 +22,7 @@ from burstguard.engine.core import (
     RequestRejected,
     StepResult,
 )
+from burstguard.engine.kv_cache import expand_block_hashes
 from burstguard.engine.profile import Profile
 from burstguard.sim.heap import EventHeap
 from burstguard.sim.series import SeriesRecorder
@@ -147,6 +148,14 @@ def served_prompt(spec: RequestSpec, profile: Profile) -> int:
     return spec.prompt_tokens + profile.chat_template_tokens
 
 
+def engine_prefix(spec: RequestSpec, block_tokens: int, block_size: int) -> tuple[int, ...]:
+    """The spec's prefix blocks (of `block_tokens` tokens, the workload's) as the engine's
+    `block_size`-token blocks (`engine.kv_cache.expand_block_hashes`)."""
+    if not spec.prefix_hashes:
+        return ()
+    return expand_block_hashes(spec.prefix_hashes, block_tokens, block_size, spec.prompt_tokens)
+
+
 class _EngineSim:
     """Clients and one engine replica on an event heap (`sim.heap`): arrivals, and the
     replica's steps (or fast-forwarded runs of decode steps) as events. A step begins
@@ -180,7 +189,9 @@ class _EngineSim:
                     max_tokens=spec.max_tokens,
                     arrival_s=spec.arrival_s,
                     priority=priority_of(spec.priority_class),
-                    prefix_hashes=spec.prefix_hashes,
+                    prefix_hashes=engine_prefix(
+                        spec, self.workload.prefix_block_tokens, self.core.config.block_size
+                    ),
                 ),
                 spec.arrival_s,
             )
