@@ -1,10 +1,10 @@
 """A user's clone has nothing beside it: no file of the project may point outside it.
 
-Checked: relative paths that climb above the repository root (`../` in a Markdown link
-or a config file (kustomize) resolved from the file that holds it; anywhere else, as in a command, from the root where
-the user runs it), and Python code that climbs from `__file__` or from a repo-root variable
-to the folder above. CI runs in a fresh clone in an empty directory too; this test says
-which line broke the rule before CI would.
+Checked: relative paths that climb above the repository root (`../` in a Markdown link or
+a config file such as kustomize's resolved from the file that holds it; anywhere else, as
+in a command, from the root where the user runs it), and Python code that climbs from
+`__file__` or from a repo-root variable to the folder above. CI runs in a fresh clone in
+an empty directory too; this test says which line broke the rule before CI would.
 """
 
 from __future__ import annotations
