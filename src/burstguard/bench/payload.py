@@ -1,6 +1,6 @@
 """Request bodies for a workload: deterministic prompts of the requested token length.
 
-Prompts are burstguard's filler text (`emulator.tokens`: 4 characters per token), so the
+Prompts are burstguard's filler text (`wire.tokens`: 4 characters per token), so the
 emulator counts exactly the requested prompt tokens; each prompt starts with its request id
 so a real engine's prefix cache cannot serve one request from another's blocks. A prompt
 file replaces the filler (its lines or JSONL `prompt` fields, used in turn).
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from burstguard.emulator.tokens import (
+from burstguard.errors import UserError
+from burstguard.wire.tokens import (
     CHARS_PER_TOKEN,
     CHAT_REPLY_TOKENS,
     CHAT_TOKENS_PER_MESSAGE,
     filler_text,
 )
-from burstguard.errors import UserError
 from burstguard.workload.spec import RequestSpec, priority_of
 
 Api = Literal["chat", "completions"]

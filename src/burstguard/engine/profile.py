@@ -44,7 +44,7 @@ class ModelSection(_Strict):
     weight_bytes: float | None = Field(default=None, gt=0)
     chat_template_tokens: int = Field(default=0, ge=0)
     """Tokens the served model's chat template adds to a chat request beyond burstguard's
-    counting rule (`emulator.tokens`: 4 per message + 3): e.g. a default system prompt that
+    counting rule (`wire.tokens`: 4 per message + 3): e.g. a default system prompt that
     the template inserts. Measured by `burstguard calibrate` from the engine's usage."""
 
 

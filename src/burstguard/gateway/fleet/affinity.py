@@ -22,7 +22,7 @@ import hashlib
 import math
 from collections.abc import Sequence
 
-from burstguard.emulator.tokens import CHARS_PER_TOKEN
+from burstguard.wire.tokens import CHARS_PER_TOKEN
 
 
 def _h64(data: bytes) -> int:
