@@ -37,7 +37,7 @@ ESTIMATED = PromptCounter(count_tokens, "estimate (~4 characters per token, 1.7 
 
 def reference_tokenizer_file() -> Path | None:
     """The reference model's tokenizer.json, once `make vllm-cpu` has converted the model."""
-    from burstguard.engines.vllm_cpu import MODEL_DIR
+    from burstguard.paths import MODEL_DIR
 
     path = MODEL_DIR / "tokenizer.json"
     return path if path.is_file() else None
@@ -65,7 +65,7 @@ def prompt_counter(choice: str, model: str | None) -> PromptCounter:
     if choice == ESTIMATE:
         return ESTIMATED
     if choice == AUTO:
-        from burstguard.engines.cache import MODEL_NAME
+        from burstguard.paths import MODEL_NAME
 
         found = reference_tokenizer_file() if model == MODEL_NAME else None
         return load_tokenizer(found) if found else ESTIMATED
@@ -78,7 +78,7 @@ class ModelCounters:
     model, the estimate to any other; a path or `estimate` applies to every model."""
 
     def __init__(self, choice: str) -> None:
-        from burstguard.engines.cache import MODEL_NAME
+        from burstguard.paths import MODEL_NAME
 
         self.auto = choice == AUTO
         self.reference = MODEL_NAME

@@ -266,7 +266,7 @@ def list_profiles() -> list[str]:
 
 def machine_profile_path(name: str) -> Path:
     """Where this machine's own calibration of built-in profile `name` is cached."""
-    from burstguard.engines.cache import CACHE_ROOT
+    from burstguard.paths import CACHE_ROOT
 
     return CACHE_ROOT / "profiles" / f"{name}.yaml"
 

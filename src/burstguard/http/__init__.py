@@ -1,3 +1,5 @@
-"""The HTTP/1.1 client and server that the gateway, bench and calibrate share: asyncio
-protocols over httptools, no ASGI layers (docs/design.md, "Layers"). Nothing here knows
-the gateway: the server takes its limits as a `ServerLimits`, the client a base URL."""
+"""HTTP shared by the gateway, bench, calibrate and the local fleet: the HTTP/1.1 client
+(`client`) and server (`server`), asyncio protocols over httptools with no ASGI layers; the
+one spelling of a backend URL (`urls`); what an OpenAI-compatible target serves
+(`preflight`). Nothing here imports the gateway (docs/design.md, "Layers"): the server
+takes its limits as a `ServerLimits`, the client a base URL."""
