@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from burstguard.errors import UserError
-from burstguard.http.urls import normalize_backend_url
+from burstguard.wire.urls import normalize_backend_url
 
 
 class _Strict(BaseModel):

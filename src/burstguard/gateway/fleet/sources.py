@@ -25,7 +25,7 @@ from pathlib import Path
 
 from burstguard.errors import UserError, read_user_text
 from burstguard.gateway.fleet.config import DiscoveryConfig, DnsDiscovery, FileDiscovery
-from burstguard.http.urls import normalize_backend_url
+from burstguard.wire.urls import normalize_backend_url
 
 log = logging.getLogger("burstguard.gateway.fleet")
 
