@@ -1,6 +1,12 @@
 """User-facing errors: raised anywhere, printed by the CLI as one line, exit code 2."""
 
+from __future__ import annotations
+
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 class UserError(Exception):
@@ -34,3 +40,17 @@ def check_writable(path: Path, flag: str) -> None:
         ) from None
     if not existed:
         path.unlink()
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One wording for every config file's errors (gateway, scaling policy), one line per
+    error: `field.path: message (got value)`."""
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        got = err.get("input")
+        plain = not isinstance(got, dict | list) and err["type"] != "missing"
+        shown = f" (got {got!r})" if plain else ""
+        lines.append(f"{where}: {msg}{shown}")
+    return "; ".join(lines)

@@ -4,7 +4,7 @@ OpenAI's fields plus vLLM's extensions (`ignore_eos`, `priority`, token-id promp
 `continue_final_message`, `add_generation_prompt`). Unknown fields are kept, so a server
 passes vLLM's other extras on untouched; the OpenAPI schema (generated from these models)
 still lists the known ones. Prompt tokens are counted with burstguard's one token rule
-(`burstguard.emulator.tokens`); a token-id prompt is its length, as vLLM counts it.
+(`burstguard.wire.tokens`); a token-id prompt is its length, as vLLM counts it.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from burstguard.emulator.tokens import TextCounter, count_chat_tokens, count_tokens
-from burstguard.prefix import chat_text
+from burstguard.wire.prefix import chat_text
+from burstguard.wire.tokens import TextCounter, count_chat_tokens, count_tokens
 
 TokenId = Annotated[int, Field(ge=0)]  # a negative token id is no token (vLLM refuses it)
 

@@ -157,8 +157,8 @@ def test_prompt_tokens_counted_by_the_chosen_tokenizer(
     tmp_path: Path, reference_tokenizer: Path, choice: str
 ) -> None:
     """`--tokenizer PATH` counts a Chinese prompt as the model does; `estimate` by the rule."""
-    from burstguard.emulator.tokens import count_tokens
     from burstguard.tokenizer import load_tokenizer
+    from burstguard.wire.tokens import count_tokens
 
     prompt = seed.PROMPT
     arg = str(reference_tokenizer) if choice == "tokenizer" else "estimate"

@@ -183,10 +183,10 @@ def test_the_backend_tokenizer_counts_prompts(tmp_path: Path, reference_tokenize
     """`auto` counts a Chinese prompt for the reference model with its real tokenizer (the
     estimate would not match it exactly), other models by the estimate; a bad tokenizer
     path is refused at start."""
-    from burstguard.emulator.tokens import count_tokens
     from burstguard.gateway.api import CompletionRequest
     from burstguard.gateway.server import Gateway
     from burstguard.tokenizer import load_tokenizer
+    from burstguard.wire.tokens import count_tokens
 
     prompt = seed.PROMPT
     backend = {"url": "http://127.0.0.1:8000"}

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from burstguard.emulator.tokens import count_chat_tokens, count_tokens, filler_text
 from burstguard.errors import UserError
 from burstguard.tokenizer import ESTIMATED, load_tokenizer, prompt_counter
+from burstguard.wire.tokens import count_chat_tokens, count_tokens, filler_text
 from burstguard.workload import seed
 
 

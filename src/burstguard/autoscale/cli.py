@@ -147,7 +147,7 @@ def fleet_cmd(
     from burstguard.autoscale.config import load_policy
     from burstguard.autoscale.local_fleet import LocalFleet
     from burstguard.clock import check_start_at, monotonic_at
-    from burstguard.gateway.fleet.config import normalize_backend_url
+    from burstguard.wire.urls import normalize_backend_url
 
     scaling = load_policy(policy).with_overrides(
         min_replicas=min_replicas, max_replicas=max_replicas, cold_start_s=cold_start_s

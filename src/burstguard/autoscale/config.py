@@ -24,8 +24,7 @@ from burstguard.autoscale.keda import KedaAutoscaler, KedaParams
 from burstguard.autoscale.kpa import KpaAutoscaler, KpaParams
 from burstguard.autoscale.policy import Autoscaler
 from burstguard.autoscale.predictive import PredictiveAutoscaler, PredictiveParams
-from burstguard.errors import UserError
-from burstguard.gateway.config import _describe  # one wording for config errors
+from burstguard.errors import UserError, describe_validation_error
 
 __all__ = ["PRESETS", "ScalingPolicy", "load_policy"]
 
@@ -195,7 +194,7 @@ class ScalingPolicy(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise UserError(f"{source}: {_describe(exc)}") from None
+            raise UserError(f"{source}: {describe_validation_error(exc)}") from None
 
 
 def load_policy(name_or_path: str | Path) -> ScalingPolicy:

@@ -22,7 +22,7 @@ from burstguard.autoscale.keda import KedaParams
 from burstguard.autoscale.kpa import KpaParams
 from burstguard.autoscale.predictive import PredictiveParams
 from burstguard.errors import UserError
-from burstguard.gateway.fleet.config import normalize_backend_url
+from burstguard.wire.urls import normalize_backend_url
 
 __all__ = ["DESIRED_REPLICAS_METRIC", "ExportTarget", "render"]
 

@@ -44,8 +44,8 @@ from burstguard.autoscale.fleet import (
 )
 from burstguard.autoscale.live import LiveScaler, aligned
 from burstguard.autoscale.signals import SIGNAL_NAMES
-from burstguard.bench.preflight import served_models
 from burstguard.errors import UserError
+from burstguard.http.preflight import served_models
 from burstguard.procs import ManagedProcess, free_port
 from burstguard.scrape import metric_sum, parse_metrics
 

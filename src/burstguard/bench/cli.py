@@ -142,11 +142,11 @@ def bench(
     --scenario steady-vs-burst (steady: --concurrency users, default 32, or Poisson at
     --rate; burst: the seed's pattern at the steady leg's measured rate).
     """
-    from burstguard.bench.preflight import check_target
     from burstguard.bench.runner import BenchConfig
     from burstguard.bench.summary import Slo
     from burstguard.client.retry import RETRY_MODES, RetryPolicy
     from burstguard.clock import check_start_at
+    from burstguard.http.preflight import check_target
 
     if api not in ("chat", "completions"):
         raise UserError(f"--api {api!r}: use chat or completions")
@@ -185,7 +185,7 @@ def bench(
     _check_out(out, force)
     base, served = check_target(target, model)
     if scrape_metrics is None:
-        from burstguard.bench.preflight import serves_metrics
+        from burstguard.http.preflight import serves_metrics
 
         scrape_metrics = scenario is not None and metrics_url is None and serves_metrics(base)
     prompts = None

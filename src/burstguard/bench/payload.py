@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from burstguard.errors import UserError
-from burstguard.prefix import BLOCK_TOKENS
+from burstguard.wire.prefix import BLOCK_TOKENS
 from burstguard.workload.prompts import PromptRenderer, chat_content_tokens
 from burstguard.workload.spec import RequestSpec, priority_of
 

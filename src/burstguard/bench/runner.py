@@ -34,7 +34,7 @@ from burstguard.bench.records import RecordWriter, RequestRecord
 from burstguard.bench.summary import Slo, summarize, write_summary
 from burstguard.client.retry import RetryBudget, RetryPolicy, retry_headers
 from burstguard.clock import schedule_origin
-from burstguard.gateway.upstream import UpstreamPool
+from burstguard.http.client import UpstreamPool
 from burstguard.scrape import MetricsPoller
 from burstguard.workload.cycle import BurstCycle, CycleSpec
 from burstguard.workload.spec import RequestSpec, Workload

@@ -5,9 +5,9 @@ count); ITLs are the gaps between later content chunks; usage comes from the ser
 sends it (`stream_options.include_usage`), else the content chunks are counted. Failures are
 classified into the record's error kinds instead of raised.
 
-The HTTP client is the gateway's (`gateway.upstream.UpstreamPool`: keep-alive connections,
-httptools parsing): each socket read's body bytes are parsed for SSE events in the same
-call that read them, with no stream reader and no task wake-up per token. In an A/B run
+The HTTP client is the gateway's (`burstguard.http.client.UpstreamPool`: keep-alive
+connections, httptools parsing): each socket read's body bytes are parsed for SSE events in
+the same call that read them, with no stream reader and no task wake-up per token. In an A/B run
 against the aiohttp client (same emulator, same load, 150 req/s of 16-token streams) that
 took the CPU per request from 0.77-1.03 ms to 0.56-0.66 ms on a busy 2-core machine; CPU
 per request is what bounds the open-loop rate one process sustains (docs/bench.md).
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from burstguard.client.retry import parse_retry_after
-from burstguard.gateway.upstream import (
+from burstguard.http.client import (
     Broken,
     Unreachable,
     UpstreamError,

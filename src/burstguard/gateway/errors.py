@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
-from burstguard.gateway.http import Header, Responder
-from burstguard.gateway.upstream import Unreachable, UpstreamError, UpstreamTimeout
+from burstguard.http.client import Unreachable, UpstreamError, UpstreamTimeout
+from burstguard.http.server import Header, Responder
 
 log = logging.getLogger("burstguard.gateway")
 

@@ -102,11 +102,10 @@ from burstguard.gateway.fleet.fleet import Fleet
 from burstguard.gateway.fleet.metrics import FleetCollector
 from burstguard.gateway.fleet.monitor import FleetMonitor
 from burstguard.gateway.fleet.shared_state import SharedState
-from burstguard.gateway.http import HttpRequest, HttpServer, Responder
 from burstguard.gateway.metrics import CONTENT_TYPE, GatewayMetrics, GaugeSnapshot, is_retry
 from burstguard.gateway.relay import SseRelay, json_tokens, resume_body, upstream_body
 from burstguard.gateway.request import BackendState, GatewayRequest
-from burstguard.gateway.upstream import (
+from burstguard.http.client import (
     UPSTREAM_IDLE_S,
     Call,
     Unreachable,
@@ -114,8 +113,9 @@ from burstguard.gateway.upstream import (
     UpstreamPool,
     UpstreamTimeout,
 )
-from burstguard.prefix import block_hashes
+from burstguard.http.server import HttpRequest, HttpServer, Responder
 from burstguard.tokenizer import ModelCounters
+from burstguard.wire.prefix import block_hashes
 
 access_log = logging.getLogger("burstguard.gateway.access")
 log = logging.getLogger("burstguard.gateway")

@@ -16,15 +16,13 @@ from burstguard.engine.config import EngineConfig
 from burstguard.engine.options import engine_options
 from burstguard.engine.profile import Profile
 from burstguard.errors import UserError, check_writable
+from burstguard.sim.defaults import MAX_REPLICAS, fleet_gateway
 from burstguard.workload import seed
 from burstguard.workload.options import TraceFileOption, TraceFormatOption, pattern_options
 from burstguard.workload.synth import PatternSpec
 
 if TYPE_CHECKING:
-    from burstguard.gateway.config import GatewayConfig
     from burstguard.sim.loop import SimResult
-
-MAX_REPLICAS = 1024  # replicas one simulation starts with at most (each is an engine core)
 
 
 @pattern_options()
@@ -384,17 +382,6 @@ def sim_progress(last_arrival_s: float, requests: int) -> Callable[[float], None
                   file=sys.stderr, flush=True)  # fmt: skip
 
     return report
-
-
-def fleet_gateway(max_replicas: int) -> GatewayConfig:
-    """The gateway in front of an autoscaled fleet when no --gateway is given: the default
-    policies, with the in-flight cap per replica (256, vLLM's max-num-seqs default) and
-    room for all of them in the total."""
-    from burstguard.gateway.config import GatewayConfig
-
-    return GatewayConfig.from_dict(
-        {"admission": {"max_in_flight": 256 * max_replicas, "max_in_flight_per_backend": 256}}
-    )
 
 
 def scaling_line(summary: dict[str, Any]) -> str:

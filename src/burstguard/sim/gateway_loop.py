@@ -35,7 +35,6 @@ from typing import Any
 from burstguard.autoscale import ScalingPolicy
 from burstguard.autoscale.signals import gateway_signals
 from burstguard.bench.records import RequestRecord
-from burstguard.emulator.tokens import CHARS_PER_TOKEN
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.core import (
     DecodeRun,
@@ -64,12 +63,13 @@ from burstguard.gateway.events import (
 )
 from burstguard.gateway.fleet.fleet import Fleet
 from burstguard.gateway.request import GatewayRequest
-from burstguard.prefix import block_hashes, chat_text
 from burstguard.sim.autoscaling import ScalingDriver, discovery_lag_s
 from burstguard.sim.heap import EventHeap
 from burstguard.sim.loop import RecordBook, SimResult, engine_prefix, served_prompt
 from burstguard.sim.replicas import ReplicaSet, replica_id
 from burstguard.sim.series import SeriesRecorder
+from burstguard.wire.prefix import block_hashes, chat_text
+from burstguard.wire.tokens import CHARS_PER_TOKEN
 from burstguard.workload.prompts import PromptRenderer, chat_content_tokens
 from burstguard.workload.spec import RequestSpec, Workload
 

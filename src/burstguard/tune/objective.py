@@ -19,7 +19,7 @@ from burstguard.bench.summary import Slo
 from burstguard.engine.config import EngineConfig, EngineConfigError
 from burstguard.engine.profile import Profile
 from burstguard.errors import UserError
-from burstguard.sim.cli import MAX_REPLICAS
+from burstguard.sim.defaults import MAX_REPLICAS
 from burstguard.tune.space import ENGINE_KNOBS, SCALING_PATHS, Candidate, split
 from burstguard.workload.spec import Workload
 from burstguard.workload.transform import take
@@ -218,7 +218,7 @@ class ScalingObjective:
         return 1 <= policy.min_replicas <= min(policy.max_replicas, MAX_REPLICAS)
 
     def __call__(self, candidate: Candidate) -> Trial:
-        from burstguard.sim.cli import fleet_gateway
+        from burstguard.sim.defaults import fleet_gateway
         from burstguard.sim.gateway_loop import simulate_gateway
 
         policy = self.scaling(candidate)

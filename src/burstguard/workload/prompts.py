@@ -1,22 +1,22 @@
 """The text of a workload's request as bench sends it (and as the simulator's gateway sees
 it when it routes on prefixes).
 
-A prompt is its prefix blocks rendered as text (`burstguard.prefix`: the same block hash
+A prompt is its prefix blocks rendered as text (`burstguard.wire.prefix`: the same block hash
 always renders to the same text, so requests share on an engine exactly the blocks they
 share in the workload), then its request id, then filler, all under burstguard's token rule
-(`emulator.tokens`), so the emulator counts exactly the requested tokens. Without prefix
+(`wire.tokens`), so the emulator counts exactly the requested tokens. Without prefix
 blocks the id comes first, so no engine serves one request from another's cache.
 """
 
 from __future__ import annotations
 
-from burstguard.emulator.tokens import (
+from burstguard.wire.prefix import BLOCK_TOKENS, render_blocks
+from burstguard.wire.tokens import (
     CHARS_PER_TOKEN,
     CHAT_REPLY_TOKENS,
     CHAT_TOKENS_PER_MESSAGE,
     filler_text,
 )
-from burstguard.prefix import BLOCK_TOKENS, render_blocks
 from burstguard.workload.spec import RequestSpec
 
 CHAT_OVERHEAD_TOKENS = CHAT_TOKENS_PER_MESSAGE + CHAT_REPLY_TOKENS

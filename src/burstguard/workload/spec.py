@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from burstguard.prefix import BLOCK_TOKENS
+from burstguard.wire.prefix import BLOCK_TOKENS
 
 
 @dataclass(frozen=True, slots=True)

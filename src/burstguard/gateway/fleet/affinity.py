@@ -4,7 +4,7 @@ Zadimoghaddam, "Consistent Hashing with Bounded Loads", SODA 2018).
 
 - The key of a request is its first `affinity_blocks` prefix block hashes (16-token blocks,
   chained as vLLM's prefix cache chains them, so equal keys mean equal leading tokens;
-  `burstguard.prefix`: the live gateway hashes the prompt's text, the simulator the text
+  `burstguard.wire.prefix`: the live gateway hashes the prompt's text, the simulator the text
   bench would send for the workload's request).
 - Each backend has `ring_points` points on a 64-bit ring; the key's point walks clockwise
   to the first backend that may take it.
@@ -23,7 +23,7 @@ import bisect
 import math
 from collections.abc import Sequence
 
-from burstguard.prefix import h64
+from burstguard.wire.prefix import h64
 
 
 def affinity_key(prefix_hashes: Sequence[int], blocks: int) -> int | None:

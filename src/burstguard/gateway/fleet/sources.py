@@ -24,12 +24,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from burstguard.errors import UserError, read_user_text
-from burstguard.gateway.fleet.config import (
-    DiscoveryConfig,
-    DnsDiscovery,
-    FileDiscovery,
-    normalize_backend_url,
-)
+from burstguard.gateway.fleet.config import DiscoveryConfig, DnsDiscovery, FileDiscovery
+from burstguard.wire.urls import normalize_backend_url
 
 log = logging.getLogger("burstguard.gateway.fleet")
 

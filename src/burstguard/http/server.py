@@ -38,11 +38,34 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import NoReturn, cast
+from typing import NoReturn, Protocol, cast
 
 import httptools
 
-from burstguard.gateway.config import LimitsConfig
+
+class ServerLimits(Protocol):
+    """What the server reads of its limits (the gateway's `LimitsConfig` is one): kept as a
+    protocol so that this module imports nothing of the gateway."""
+
+    @property
+    def max_connections(self) -> int: ...
+    @property
+    def max_head_bytes(self) -> int: ...
+    @property
+    def max_header_lines(self) -> int: ...
+    @property
+    def max_pipelined(self) -> int: ...
+    @property
+    def head_timeout_s(self) -> float: ...
+    @property
+    def body_timeout_s(self) -> float: ...
+    @property
+    def keep_alive_s(self) -> float: ...
+    @property
+    def send_timeout_s(self) -> float: ...
+    @property
+    def linger_s(self) -> float: ...
+
 
 log = logging.getLogger("burstguard.gateway")
 
@@ -626,7 +649,7 @@ class HttpServer:
 
     def __init__(
         self, handler: Handler, write_error: ErrorWriter, *, max_body_bytes: int,
-        limits: LimitsConfig, flush_interval_s: float = 0.0,
+        limits: ServerLimits, flush_interval_s: float = 0.0,
         check_head: HeadCheck = lambda req: None,
         on_limit: Callable[[str], None] = lambda reason: None,
     ) -> None:  # fmt: skip

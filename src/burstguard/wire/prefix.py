@@ -5,7 +5,7 @@ Two requests share cached KV on an engine for exactly the leading full blocks th
 share. Three parts key on that: the gateway's prefix affinity (which replica holds a
 prefix), the emulator's prefix cache, and bench's prompts (a workload's shared blocks are
 sent as shared text, so an engine sees the reuse the workload describes). Blocks are
-counted with burstguard's token rule (`emulator.tokens`: 4 characters a token), so for the
+counted with burstguard's token rule (`wire.tokens`: 4 characters a token), so for the
 ASCII text bench renders block i is exactly characters [4 B i, 4 B (i + 1)) at B-token
 blocks. Hashes are blake2b and SHAKE, not Python's salted `hash`: every process agrees.
 """
@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
-from burstguard.emulator.tokens import CHARS_PER_TOKEN, FILLER_PIECES
+from burstguard.wire.tokens import CHARS_PER_TOKEN, FILLER_PIECES
 
 BLOCK_TOKENS = 16
 """vLLM's default `--block-size`: the unit of its prefix cache."""
