@@ -31,7 +31,7 @@ from typing import Any
 from burstguard.bench import stream
 from burstguard.bench.payload import Api, PayloadBuilder
 from burstguard.bench.records import RecordWriter, RequestRecord
-from burstguard.bench.summary import Slo, summarize, write_summary
+from burstguard.bench.summary import Slo, prefix_cache_from_series, summarize, write_summary
 from burstguard.client.retry import RetryBudget, RetryPolicy, retry_headers
 from burstguard.clock import schedule_origin
 from burstguard.http.client import UpstreamPool
@@ -446,6 +446,7 @@ def summarize_leg(
         series["t"] = [t * config.speedup for t in series["t"]]
         extra["server_series"] = series
         extra["scrape_errors"] = poller.errors
+        extra["prefix_cache"] = prefix_cache_from_series(series)
     summary = summarize(records, duration_s=duration, slo=config.slo, source="bench", extra=extra)
     summary["attempt_rate_rps"] = summary["attempts"] / max(duration, 1e-9)
     write_summary(config.out_dir / "summary.json", summary)

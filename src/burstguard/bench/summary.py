@@ -117,6 +117,28 @@ def per_second_series(records: Sequence[RequestRecord], duration_s: float) -> di
     }
 
 
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+
+
+def prefix_cache_block(queried_tokens: int, hit_tokens: int) -> dict[str, Any]:
+    """The summary's `prefix_cache`: prompt tokens looked up in the engines' prefix caches,
+    those found there, and their ratio (None when nothing was looked up)."""
+    rate = hit_tokens / queried_tokens if queried_tokens else None
+    return {"queried_tokens": queried_tokens, "hit_tokens": hit_tokens, "hit_rate": rate}
+
+
+def prefix_cache_from_series(series: dict[str, Any]) -> dict[str, Any] | None:
+    """`prefix_cache` from a scraped engine's own counters (vLLM's prefix_cache_queries and
+    _hits, the emulator's alike) over the run: last minus first scrape; None where the
+    target exports no such counters (a gateway, an engine without prefix caching)."""
+    queries = [v for v in series.get(PREFIX_QUERIES, ()) if v is not None]
+    hits = [v for v in series.get(PREFIX_HITS, ()) if v is not None]
+    if not queries or not hits:
+        return None
+    return prefix_cache_block(int(queries[-1] - queries[0]), int(hits[-1] - hits[0]))
+
+
 def summarize(
     records: Sequence[RequestRecord],
     *,

@@ -256,6 +256,12 @@ def sim(
         f"E2E  p50 {ms(e['p50'])}  p95 {ms(e['p95'])}\n"
         f"SLO attainment {summary['slo_attainment']:.1%}"
     )
+    cache = summary["prefix_cache"]
+    if engine_config.enable_prefix_caching and cache["hit_rate"] is not None:
+        print(
+            f"prefix cache: {cache['hit_tokens']:,} of {cache['queried_tokens']:,} prompt "
+            f"tokens hit ({cache['hit_rate']:.1%})"
+        )
     if "scale_events" in summary:
         print(scaling_line(summary))
     if "gateway" in summary:
@@ -274,13 +280,14 @@ def _summary(
     engine_config: EngineConfig,
     extra: dict[str, Any],
 ) -> dict[str, Any]:
-    from burstguard.bench.summary import summarize
+    from burstguard.bench.summary import prefix_cache_block, summarize
 
     return summarize(
         result.records, duration_s=duration, slo=slo, source="sim",
         extra={"preemptions": result.preemptions, "steps": result.steps,
                "profile": profile.name, "engine": asdict(engine_config),
-               "server_series": result.series, **extra},
+               "server_series": result.series,
+               "prefix_cache": prefix_cache_block(*result.prefix_cache), **extra},
     )  # fmt: skip
 
 

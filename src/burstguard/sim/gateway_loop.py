@@ -61,6 +61,7 @@ from burstguard.gateway.events import (
     Scrape,
     Tick,
 )
+from burstguard.gateway.fleet.config import RouterConfig
 from burstguard.gateway.fleet.fleet import Fleet
 from burstguard.gateway.request import GatewayRequest
 from burstguard.sim.autoscaling import ScalingDriver, discovery_lag_s
@@ -93,6 +94,19 @@ class GatewaySimResult(SimResult):
 def _next_on_grid(t: float, period: float) -> float:
     """The first multiple of `period` at or after `t` (live ticks keep their phase)."""
     return math.ceil(t / period - 1e-9) * period
+
+
+def routing_hashes(
+    spec: RequestSpec, prompts: PromptRenderer, router: RouterConfig
+) -> tuple[int, ...]:
+    """What the live gateway's prefix affinity keys on for `spec`: the leading blocks of the
+    text bench sends for it (a one-message chat, bench's default API); () without affinity."""
+    if not router.affinity:
+        return ()
+    width = router.affinity_blocks * router.block_tokens * CHARS_PER_TOKEN
+    content = prompts.text(spec, chat_content_tokens(spec.prompt_tokens), width)
+    return block_hashes(chat_text([("user", content)]), router.block_tokens,
+                        router.affinity_blocks)  # fmt: skip
 
 
 class _GatewaySim:
@@ -173,15 +187,7 @@ class _GatewaySim:
         self.event(Arrive(req), now)
 
     def routing_hashes(self, spec: RequestSpec) -> tuple[int, ...]:
-        """What the live gateway's prefix affinity keys on: the leading blocks of the text
-        bench sends for `spec` (a one-message chat, bench's default API)."""
-        router = self.config.fleet.router
-        if not router.affinity:
-            return ()
-        width = router.affinity_blocks * router.block_tokens * CHARS_PER_TOKEN
-        content = self.prompts.text(spec, chat_content_tokens(spec.prompt_tokens), width)
-        return block_hashes(chat_text([("user", content)]), router.block_tokens,
-                            router.affinity_blocks)  # fmt: skip
+        return routing_hashes(spec, self.prompts, self.config.fleet.router)
 
     @staticmethod
     def _answered(rec: RequestRecord, now: float, status: int, error: str) -> None:
@@ -308,6 +314,7 @@ class _GatewaySim:
             gateway=self.gw.stats,
             reprefill_tokens=self.reprefill_tokens,
             routed=dict(self.routed),
+            prefix_cache=self.replicas.prefix_cache,
             scaling=None if self.scaler is None else self.scaler.summary(end),
         )
 

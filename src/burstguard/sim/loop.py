@@ -36,6 +36,7 @@ class SimResult:
     steps: int
     end_s: float
     series: dict[str, Any] | None = None  # `server_series`: the engine's gauges (sim.series)
+    prefix_cache: tuple[int, int] = (0, 0)  # prompt tokens looked up in prefix caches, hit
 
 
 @dataclass
@@ -246,6 +247,10 @@ class _EngineSim:
             steps=self.steps,
             end_s=end,
             series=self.recorder.series(end),
+            prefix_cache=(
+                self.core.stats.prefix_cache_queries_total,
+                self.core.stats.prefix_cache_hits_total,
+            ),
         )
 
 

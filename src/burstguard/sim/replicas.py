@@ -88,6 +88,7 @@ class ReplicaSet:
         self._replicas: dict[str, _Replica] = {}
         self.steps = 0
         self.preemptions_of_removed = 0  # engine preemptions of replicas already gone
+        self._prefix_of_removed = (0, 0)  # ... and their prefix-cache (queried, hit) tokens
 
     # -- the API an autoscaler drives ---------------------------------------------------
 
@@ -142,7 +143,13 @@ class ReplicaSet:
         r = self._replicas.pop(replica_id, None)
         if r is None:
             return
-        self.preemptions_of_removed += r.engine.stats.num_preemptions_total
+        stats = r.engine.stats
+        self.preemptions_of_removed += stats.num_preemptions_total
+        queried, hit = self._prefix_of_removed
+        self._prefix_of_removed = (
+            queried + stats.prefix_cache_queries_total,
+            hit + stats.prefix_cache_hits_total,
+        )
         if r.on_drained is not None:
             r.on_drained(now)
 
@@ -166,6 +173,15 @@ class ReplicaSet:
     def preemptions(self) -> int:
         live = sum(r.engine.stats.num_preemptions_total for r in self._replicas.values())
         return live + self.preemptions_of_removed
+
+    @property
+    def prefix_cache(self) -> tuple[int, int]:
+        """Prompt tokens looked up in the replicas' prefix caches, and found there."""
+        queried, hit = self._prefix_of_removed
+        for r in self._replicas.values():
+            s = r.engine.stats
+            queried, hit = queried + s.prefix_cache_queries_total, hit + s.prefix_cache_hits_total
+        return queried, hit
 
     def kick(self, replica_id: str, now: float) -> None:
         """Starts the replica's next step (or decode run) if none runs and it has work."""
