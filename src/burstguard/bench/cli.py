@@ -279,8 +279,8 @@ def _cycle(shape_spec: PatternSpec) -> Any:
 
 
 def _one_leg(config: Any, workload: Any, quiet: bool) -> dict[str, Any]:
+    from burstguard.bench.leg import run_bench
     from burstguard.bench.progress import make_reporter
-    from burstguard.bench.runner import run_bench
 
     return run_bench(config, workload, make_reporter(config.label, quiet))
 
