@@ -108,6 +108,14 @@ def _params(positional: bool) -> list[inspect.Parameter]:
             "--class-output-tokens",
             "CLASS=SPEC: that class's output lengths (repeatable), e.g. batch=uniform:512-1024",
         ),
+        opt(
+            "wl_shared_prefix",
+            int,
+            0,
+            "--shared-prefix",
+            "TOKENS of prefix each request shares with its group (added to its prompt)",
+        ),
+        opt("wl_prefix_groups", int, 1, "--prefix-groups", "with --shared-prefix: N groups"),
     ]
 
 
@@ -132,6 +140,7 @@ def spec_from_values(values: dict[str, Any]) -> PatternSpec | None:
         prompt_tokens=values["prompt_tokens"], output_tokens=values["output_tokens"],
         classes=values["classes"], tenants=values["tenants"],
         class_output_tokens=_class_specs(values["class_output_tokens"]),
+        shared_prefix_tokens=values["shared_prefix"], prefix_groups=values["prefix_groups"],
     )  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from burstguard.errors import UserError
+from burstguard.wire.prefix import BLOCK_TOKENS, h64
 from burstguard.workload import arrivals
 from burstguard.workload.seed import BURST_SIZE, IDLE_S
 from burstguard.workload.shapes import parse_mix, sample_labels, sample_lengths
@@ -49,6 +50,8 @@ class PatternSpec:
     classes: str | None = None
     tenants: str | None = None
     class_output_tokens: tuple[tuple[str, str], ...] = ()
+    shared_prefix_tokens: int = 0
+    prefix_groups: int = 1
 
 
 def mean_rate(spec: PatternSpec) -> float:
@@ -112,6 +115,8 @@ def _check_numbers(spec: PatternSpec) -> None:
         raise UserError(
             f"--mmpp: RATE_OFF must be a finite number >= 0 (got {spec.mmpp_rate_off:g})"
         )
+    if spec.shared_prefix_tokens < 0 or spec.prefix_groups < 1:
+        raise UserError("--shared-prefix must be >= 0 tokens and --prefix-groups >= 1")
     expected = mean_rate(spec) * spec.duration_s
     if not expected <= MAX_REQUESTS:
         raise UserError(
@@ -143,15 +148,40 @@ def synthesize(spec: PatternSpec) -> Workload:
     tenant = sample_labels(spec.tenants, n, rng) if spec.tenants else None
     if spec.class_output_tokens:
         output = _class_outputs(spec, output, labels, rng)
+    meta: dict[str, object] = {
+        "pattern": spec.pattern, "mean_rate_rps": mean_rate(spec), "seed": spec.seed,
+    }  # fmt: skip
+    prefixes = None
+    if spec.shared_prefix_tokens:
+        prompt, prefixes = _shared_prefixes(spec, prompt, rng)
+        meta.update(shared_prefix_tokens=spec.shared_prefix_tokens,
+                    prefix_groups=spec.prefix_groups, block_tokens=BLOCK_TOKENS)  # fmt: skip
     return Workload(
         arrival_s=times,
         prompt_tokens=prompt,
         output_tokens=output,
         priority_class=labels,
         tenant=tenant,
+        prefix_hashes=prefixes,
         source=f"synthetic:{spec.pattern}",
-        meta={"pattern": spec.pattern, "mean_rate_rps": mean_rate(spec), "seed": spec.seed},
+        meta=meta,
     )
+
+
+def _shared_prefixes(
+    spec: PatternSpec, prompt: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+    """Each request joins one of `prefix_groups` groups (uniformly) and starts with its
+    group's `shared_prefix_tokens`-token prefix (as a system prompt per product): the
+    prompt grows by it, and its 16-token blocks are named per (seed, group, block), so the
+    members of a group share exactly those blocks. Drawn last: other draws are unchanged."""
+    blocks = spec.shared_prefix_tokens // BLOCK_TOKENS
+    groups = [
+        tuple(h64(f"shared-prefix/{spec.seed}/{g}/{b}".encode()) for b in range(blocks))
+        for g in range(spec.prefix_groups)
+    ]
+    member = rng.integers(0, spec.prefix_groups, prompt.size)
+    return prompt + spec.shared_prefix_tokens, [groups[g] for g in member.tolist()]
 
 
 def _class_outputs(
