@@ -122,3 +122,16 @@ def test_mooncake_prefix_reuse_in_the_sim_is_the_traces_own(tmp_path: Path) -> N
     off = CliRunner().invoke(app, args)
     assert off.exit_code == 0, off.output
     assert orjson.loads(out.read_bytes())["prefix_cache"]["queried_tokens"] == 0
+
+
+def test_labels_and_slo_travel_as_the_gateway_and_its_peers_read_them() -> None:
+    """The tenant as burstguard's header and as llm-d's fairness id; the run's SLO as the
+    Endpoint Pickers' objective headers (milliseconds)."""
+    payload = PayloadBuilder(model="m", slo_ms=(500.0, 50.0))
+    spec_ = RequestSpec("r", 0.0, 64, 8, priority_class="batch", tenant="acme")
+    _, _, headers = payload.encode(spec_, 0)
+    assert headers["x-burstguard-class"] == "batch"
+    assert headers["x-burstguard-tenant"] == headers["x-llm-d-inference-fairness-id"] == "acme"
+    assert (headers["x-slo-ttft-ms"], headers["x-slo-tpot-ms"]) == ("500", "50")
+    _, _, plain = PayloadBuilder(model="m").encode(RequestSpec("q", 0.0, 64, 8), 0)
+    assert not {k for k in plain if k.startswith(("x-slo", "x-llm-d"))}

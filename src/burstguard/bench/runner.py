@@ -337,6 +337,7 @@ async def _run(
     the origin all workers share."""
     run = _Run(config, writer, reporter, shard)
     run.payload.prefix_block_tokens = workload.prefix_block_tokens
+    run.payload.slo_ms = (config.slo.ttft_s * 1000, config.slo.tpot_s * 1000)
     cycle = BurstCycle(config.cycle) if config.cycle is not None else None
     run.cycle = cycle
     loop = asyncio.get_running_loop()

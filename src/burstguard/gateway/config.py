@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from burstguard.errors import UserError, describe_validation_error
 from burstguard.gateway.fleet.config import FleetConfig, check_backend_urls
+from burstguard.wire import headers
 
 if TYPE_CHECKING:
     from burstguard.autoscale.config import ScalingPolicy
@@ -275,8 +276,8 @@ class GatewayConfig(_Strict):
     backends: tuple[BackendConfig, ...] = ()
     api_keys: tuple[ApiKeyConfig, ...] = ()
     max_body_bytes: int = Field(1 << 20, ge=1024)
-    class_header: str = "x-burstguard-class"
-    tenant_header: str = "x-burstguard-tenant"
+    class_header: str = headers.CLASS
+    tenant_header: str = headers.TENANT
     default_class: str = "standard"
     default_tenant: str = "default"
     scrape_interval_s: float = Field(0.25, gt=0, description="wall seconds between scrapes")
