@@ -68,7 +68,7 @@ from burstguard.gateway.api import (
     parse_request,
 )
 from burstguard.gateway.auth import AuthError, Identity, KeyAuthenticator
-from burstguard.gateway.config import AutoscalerConfig, BackendConfig, GatewayConfig
+from burstguard.gateway.config import AutoscalerConfig, GatewayConfig
 from burstguard.gateway.core import TICK_S, GatewayCore
 from burstguard.gateway.errors import (
     JSON_HEADER,
@@ -163,9 +163,7 @@ class Gateway:
         self.core = GatewayCore(config, self.fleet)
         self.auth = KeyAuthenticator(config.api_keys)
         self._speedup = config.engine_speedup  # the core's clock: engine seconds
-        # one tokenizer for the fleet: the first backend entry's (discovered ones copy it)
-        first = config.backends[0] if config.backends else BackendConfig(url="http://discovered")
-        self.prompt_counters = ModelCounters(first.tokenizer)
+        self.prompt_counters = ModelCounters(config.prompt_tokenizer)
         self.metrics = GatewayMetrics(self._snapshot, self._clock)
         self.shared = SharedState(config.fleet.redis) if config.fleet.redis.url else None
         self.metrics.registry.register(FleetCollector(self.fleet, self._clock, self.shared))
@@ -179,7 +177,6 @@ class Gateway:
         self._syncer: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._arrivals = 0
-        self._resume = any(b.resume for b in config.backends)
         self._class_names = {c.name for c in config.classes}
         self._by_rank = sorted(config.classes, key=lambda c: c.rank)
         self._tenant_header = config.tenant_header.lower()
@@ -285,7 +282,7 @@ class Gateway:
         """`backend`'s keep-alive pool (made on first use, with its config's timeouts)."""
         pool = self._pools.get(backend)
         if pool is None:
-            b = self.config.backend_config(backend)
+            b = self.core.backend_options(backend)
             pool = self._pools[backend] = UpstreamPool(
                 backend, b.connect_timeout_s, b.read_timeout_s
             )
@@ -501,9 +498,7 @@ class Gateway:
         the backend it names, again after each preemption, failover or refused lease."""
         chat = ex.route.endswith("chat/completions")
         opts = gen.stream_options
-        keep = ex.stream and self._resume
-        relay = SseRelay(chat, strip_usage=not (opts is not None and opts.include_usage),
-                         keep_text=keep)  # fmt: skip
+        relay: SseRelay | None = None  # made at the first release, for its backend
         while True:
             effect = await fut
             if isinstance(effect, Reject):
@@ -515,8 +510,12 @@ class Gateway:
             if isinstance(effect, Abandon):
                 self._abandoned(resp, ex, effect.outcome)
                 return
-            assert isinstance(effect, Release) and effect.backend is not None
+            assert isinstance(effect, Release)
             backend = effect.backend
+            if relay is None:  # a stream keeps its text where its backend can resume it
+                keep = ex.stream and self.core.backend_options(backend).resume
+                relay = SseRelay(chat, strip_usage=not (opts is not None and opts.include_usage),
+                                 keep_text=keep)  # fmt: skip
             released = self._clock()
             if ex.queue_wait_s is None:
                 ex.queue_wait_s = released - ex.arrival

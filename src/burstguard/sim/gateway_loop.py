@@ -213,7 +213,6 @@ class _GatewaySim:
 
     def release(self, effect: Release, rec: RequestRecord, now: float) -> None:
         rid = effect.req.id
-        assert effect.backend is not None  # the simulation always has a fleet
         self.where[rid] = effect.backend
         self.routed[effect.backend] = self.routed.get(effect.backend, 0) + 1
         engine = self.replicas.engine(effect.backend)

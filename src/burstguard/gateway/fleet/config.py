@@ -21,6 +21,32 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+class BackendOptions(_Strict):
+    """How the gateway talks to one engine: a static `backends` entry's settings, and
+    `fleet.discovery.options` for every discovered backend (the core reads the preemption
+    and priority switches per backend from these, so discovered ones get them too)."""
+
+    tokenizer: str = Field(
+        "auto", min_length=1, description="prompt token counting: auto (a request for the "
+        "reference model: its tokenizer where installed; else the estimate), estimate, or a "
+        "tokenizer.json path",
+    )  # fmt: skip
+    connect_timeout_s: float = Field(5.0, gt=0, description="TCP connect timeout")
+    read_timeout_s: float = Field(
+        600.0, gt=0, description="longest silence from the backend (headers or between chunks)"
+    )
+    forward_priority: bool = Field(
+        False,
+        description="send the class rank as vLLM's `priority` (the engine must run "
+        "--scheduling-policy priority: vLLM refuses a non-zero priority otherwise)",
+    )
+    resume: bool = Field(
+        False,
+        description="the backend continues a text it is given (vLLM, the emulator: completions "
+        "prompt + text so far, chat `continue_final_message`): the gateway may preempt",
+    )
+
+
 class DnsDiscovery(_Strict):
     """A DNS name re-resolved to all its addresses (a Kubernetes headless Service)."""
 
@@ -51,6 +77,10 @@ class DiscoveryConfig(_Strict):
 
     dns: DnsDiscovery | None = None
     file: FileDiscovery | None = None
+    options: BackendOptions | None = Field(
+        None, description="settings of every discovered backend (None: the first `backends` "
+        "entry's, or the defaults)",
+    )  # fmt: skip
 
 
 class HealthConfig(_Strict):
