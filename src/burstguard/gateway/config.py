@@ -334,11 +334,14 @@ class GatewayConfig(_Strict):
         return self.backend_config("http://discovered").tokenizer
 
     def class_by_name(self, name: str | None) -> ClassConfig:
-        """The class called `name`, or the default class for unknown or missing names."""
+        """The class called `name` (None: the default class). Requests reach the core
+        classified (`gateway.classify`), so an unknown name is a ValueError, never
+        silently the default."""
+        wanted = self.default_class if name is None else name
         for c in self.classes:
-            if c.name == name:
+            if c.name == wanted:
                 return c
-        return next(c for c in self.classes if c.name == self.default_class)
+        raise ValueError(f"class {name!r} is not configured (classify requests first)")
 
     @classmethod
     def load(cls, path: str | Path) -> GatewayConfig:

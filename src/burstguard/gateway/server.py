@@ -68,6 +68,7 @@ from burstguard.gateway.api import (
     parse_request,
 )
 from burstguard.gateway.auth import AuthError, Identity, KeyAuthenticator
+from burstguard.gateway.classify import Classifier
 from burstguard.gateway.config import AutoscalerConfig, GatewayConfig
 from burstguard.gateway.core import TICK_S, GatewayCore
 from burstguard.gateway.errors import (
@@ -177,8 +178,7 @@ class Gateway:
         self._syncer: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._arrivals = 0
-        self._class_names = {c.name for c in config.classes}
-        self._by_rank = sorted(config.classes, key=lambda c: c.rank)
+        self.classifier = Classifier(config)
         self._tenant_header = config.tenant_header.lower()
         self._class_header = config.class_header.lower()
         self._openapi = json_bytes(openapi_schema())
@@ -404,26 +404,11 @@ class Gateway:
     def _classify(
         self, ident: Identity | None, headers: dict[str, str], gen: GenerationRequest
     ) -> tuple[str, str]:
-        """(class, tenant): the key's tier and tenant win; then headers; then `priority`."""
-        tenant = ident.tenant if ident else None
-        tenant = tenant or headers.get(self._tenant_header) or self.config.default_tenant
-        if len(tenant) > (most := self.config.limits.max_tenant_chars):
-            raise BadRequest(f"{self.config.tenant_header}: longer than {most} characters")
-        if ident is not None:
-            return ident.tier, tenant
+        """(class, tenant) by the rule the simulator applies too (`gateway.classify`)."""
+        key_tier, key_tenant = (ident.tier, ident.tenant) if ident is not None else (None, None)
+        tenant = self.classifier.tenant(key_tenant, headers.get(self._tenant_header))
         named = headers.get(self._class_header)
-        if named is not None:
-            if named not in self._class_names:
-                known = ", ".join(sorted(self._class_names))
-                header = self.config.class_header
-                raise BadRequest(f"{header}: {named[:64]!r} is not one of {known}")
-            return named, tenant
-        if gen.priority is not None:  # vLLM's convention: lower runs first
-            for c in self._by_rank:
-                if c.rank >= gen.priority:
-                    return c.name, tenant
-            return self._by_rank[-1].name, tenant
-        return self.config.default_class, tenant
+        return self.classifier.classify(key_tier, named, gen.priority), tenant
 
     # -- generation -----------------------------------------------------------------
 

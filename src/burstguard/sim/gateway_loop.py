@@ -44,6 +44,8 @@ from burstguard.engine.core import (
     check_priority,
 )
 from burstguard.engine.profile import Profile
+from burstguard.gateway.api import BadRequest
+from burstguard.gateway.classify import Classifier
 from burstguard.gateway.config import GatewayConfig
 from burstguard.gateway.core import TICK_S, GatewayCore, GatewayStats
 from burstguard.gateway.events import (
@@ -119,6 +121,8 @@ class _GatewaySim:
         self.heap = EventHeap()
         self.fleet = Fleet(gateway.fleet)
         self.gw = GatewayCore(gateway, self.fleet)
+        self.classifier = Classifier(gateway)
+        self.refused = 0  # refused before the gateway (400): not arrivals to its signals
         self.replicas = ReplicaSet(self.heap, engine, profile, self.fleet, self.step_end,
                                    1.0 / gateway.engine_speedup,
                                    self.run_end if fast_forward else None)  # fmt: skip
@@ -155,8 +159,15 @@ class _GatewaySim:
 
     def arrive(self, i: int, now: float) -> None:
         spec = self.workload.spec(i)
+        try:  # bench sends the class as the class header: the live gateway's rule
+            cls = self.classifier.classify(named=spec.priority_class)
+            tenant = self.classifier.tenant(named=spec.tenant)
+        except BadRequest:  # the live gateway's 400, as bench records it
+            rec = self.book.open(spec, served_prompt(spec, self.profile))
+            self._answered(rec, now, 400, "http_400")
+            self.refused += 1
+            return
         self.arrivals += 1
-        cls = self.config.class_by_name(spec.priority_class).name
         self.book.open(spec, served_prompt(spec, self.profile), priority_class=cls)
         self.max_tokens[spec.id] = spec.max_tokens
         if not self._clocked:  # the gateway wakes from idle: its periodic events restart
@@ -168,7 +179,7 @@ class _GatewaySim:
             self.heap.at(_next_on_grid(now, self.tick_s), TICK, lambda t: self.tick(t, gen))
         block_size = self.engine_config.block_size
         self.prefix[spec.id] = engine_prefix(spec, self.workload.prefix_block_tokens, block_size)
-        req = GatewayRequest(spec.id, now, spec.prompt_tokens, spec.max_tokens, cls, spec.tenant,
+        req = GatewayRequest(spec.id, now, spec.prompt_tokens, spec.max_tokens, cls, tenant,
                              prefix_hashes=self.routing_hashes(spec))  # fmt: skip
         self.event(Arrive(req), now)
 
@@ -262,7 +273,7 @@ class _GatewaySim:
         return gateway_signals(self.gw.stats, self.arrivals)
 
     def _scaling_active(self) -> bool:
-        return self.arrivals < len(self.workload) or not self._idle()
+        return self.arrivals + self.refused < len(self.workload) or not self._idle()
 
     def _idle(self) -> bool:
         s = self.gw.stats
