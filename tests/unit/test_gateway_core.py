@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from tests.gateway_driver import queue, rejects, releases, unlisted
 
-from burstguard.errors import UserError
+from burstguard.errors import BurstguardError
 from burstguard.gateway.admission import ClassInflow, estimate_wait
 from burstguard.gateway.cli import load_config
 from burstguard.gateway.config import AdmissionConfig, BackendConfig, ClassConfig, GatewayConfig
@@ -85,7 +85,7 @@ def test_full_queue_evicts_lowest_class_newest_first() -> None:
 def test_config_errors_name_the_field(tmp_path: Path) -> None:
     path = tmp_path / "gw.yaml"
     path.write_text("admission:\n  max_queue_requests: 0\n")
-    with pytest.raises(UserError, match=r"admission\.max_queue_requests"):
+    with pytest.raises(BurstguardError, match=r"admission\.max_queue_requests"):
         GatewayConfig.load(path)
 
 
@@ -107,17 +107,17 @@ def test_duplicate_backends_are_an_error_naming_both_places(tmp_path: Path) -> N
     path = tmp_path / "gw.yaml"
     path.write_text("backends:\n  - url: http://a:8000\n  - url: http://A:8000/\n")
     with pytest.raises(
-        UserError, match=r"backends\.1: 'http://A:8000/' is the same backend as backends\.0"
+        BurstguardError, match=r"backends\.1: 'http://A:8000/' is the same backend as backends\.0"
     ):
         load_config(path, None, None, None)
-    with pytest.raises(UserError, match=r"--backend 2: .* same backend as --backend 1"):
+    with pytest.raises(BurstguardError, match=r"--backend 2: .* same backend as --backend 1"):
         load_config(None, ["http://x:1", "http://X:1/"], None, None)
-    with pytest.raises(UserError, match=r"--backend 2: 'x:1' is not an http"):
+    with pytest.raises(BurstguardError, match=r"--backend 2: 'x:1' is not an http"):
         load_config(None, ["http://x:1", "x:1"], None, None)
-    with pytest.raises(UserError, match=r"backends: no backend configured"):
+    with pytest.raises(BurstguardError, match=r"backends: no backend configured"):
         load_config(None, None, None, None)
     path.write_text("fleet:\n  redis:\n    url: http://r:6379\n")
-    with pytest.raises(UserError, match=r"fleet\.redis\.url: expected redis://"):
+    with pytest.raises(BurstguardError, match=r"fleet\.redis\.url: expected redis://"):
         load_config(path, ["http://x:1"], None, None)
 
 
@@ -201,7 +201,7 @@ def test_the_backend_tokenizer_counts_prompts(tmp_path: Path, reference_tokenize
         gen = CompletionRequest.model_validate({"model": model, "prompt": prompt})
         assert gen.prompt_tokens(gw.prompt_counters.for_model(gen.model).count) == want
     bad = {**backend, "tokenizer": str(tmp_path / "missing.json")}
-    with pytest.raises(UserError, match="cannot load a tokenizer"):
+    with pytest.raises(BurstguardError, match="cannot load a tokenizer"):
         Gateway(GatewayConfig.model_validate({"backends": [bad]}))
 
 
@@ -221,5 +221,7 @@ def test_infinite_or_nan_settings_are_refused_naming_the_field(
     """YAML reads .inf and .nan as floats; `gt=0` lets .inf through."""
     path = tmp_path / "gw.yaml"
     path.write_text(yaml_text)
-    with pytest.raises(UserError, match=rf"{re.escape(field)}: Input should be a finite number"):
+    with pytest.raises(
+        BurstguardError, match=rf"{re.escape(field)}: Input should be a finite number"
+    ):
         load_config(path, ["http://x:1"], None, None)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from burstguard.errors import UserError
+from burstguard.errors import BurstguardError
 from burstguard.gateway.config import GatewayConfig
 from burstguard.gateway.core import GatewayCore
 from burstguard.gateway.events import (
@@ -195,7 +195,7 @@ def test_the_live_gateway_counts_prompts_with_discoverys_tokenizer(tmp_path: Pat
     from burstguard.gateway.server import Gateway
 
     cfg, urls = discovered(tmp_path, tokenizer=str(tmp_path / "missing.json"))
-    with pytest.raises(UserError, match="cannot load a tokenizer"):
+    with pytest.raises(BurstguardError, match="cannot load a tokenizer"):
         Gateway(cfg)
     cfg, urls = discovered(tmp_path, resume=True, read_timeout_s=7.0)
     gw = Gateway(cfg)

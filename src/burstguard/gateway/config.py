@@ -2,7 +2,7 @@
 
 Everything a policy decision depends on lives here, so the same file gives the same
 decisions live and in `burstguard sim --gateway`. Validation errors name the bad field
-(`admission.max_queue_requests: ...`) and are raised as `UserError`.
+(`admission.max_queue_requests: ...`) and are raised as `ConfigError`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from burstguard.errors import UserError, describe_validation_error
+from burstguard.errors import BurstguardError, ConfigError, describe_validation_error
 from burstguard.gateway.fleet.config import BackendOptions, FleetConfig, check_backend_urls
 
 if TYPE_CHECKING:
@@ -228,7 +228,7 @@ class AutoscalerConfig(_Strict):
                 max_replicas=self.max_replicas,
                 cold_start_s=self.cold_start_s,
             )
-        except UserError as exc:
+        except BurstguardError as exc:
             raise ValueError(str(exc)) from None
 
 
@@ -345,18 +345,18 @@ class GatewayConfig(_Strict):
 
     @classmethod
     def load(cls, path: str | Path) -> GatewayConfig:
-        """Reads and validates a YAML file; any problem is a UserError naming the field."""
+        """Reads and validates a YAML file; any problem is a ConfigError naming the field."""
         path = Path(path)
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
         except OSError as exc:
-            raise UserError(f"{path}: cannot read the gateway config ({exc.strerror})") from exc
+            raise ConfigError(f"{path}: cannot read the gateway config ({exc.strerror})") from exc
         except yaml.YAMLError as exc:
-            raise UserError(f"{path}: not valid YAML: {exc}") from exc
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
         if data is None:
             data = {}
         if not isinstance(data, dict):
-            raise UserError(f"{path}: the gateway config must be a mapping of fields")
+            raise ConfigError(f"{path}: the gateway config must be a mapping of fields")
         return cls.from_dict(data, source=str(path))
 
     @classmethod
@@ -364,9 +364,9 @@ class GatewayConfig(_Strict):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise UserError(f"{source}: {describe_validation_error(exc)}") from exc
-        except UserError as exc:  # a backend check inside a validator
-            raise UserError(f"{source}: {exc}") from exc
+            raise ConfigError(f"{source}: {describe_validation_error(exc)}") from exc
+        except BurstguardError as exc:  # a backend check inside a validator
+            raise ConfigError(f"{source}: {exc}") from exc
 
 
 def load(path: str | Path) -> GatewayConfig:

@@ -58,7 +58,7 @@ import orjson
 
 from burstguard.autoscale.live import LiveScaler, ScalingCollector
 from burstguard.autoscale.signals import gateway_signals
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
 from burstguard.gateway.api import (
     BadRequest,
     ChatCompletionRequest,
@@ -157,7 +157,7 @@ class Gateway:
     def __init__(self, config: GatewayConfig) -> None:
         discovery = config.fleet.discovery
         if not config.backends and discovery.dns is None and discovery.file is None:
-            raise UserError("backends: at least one backend is required (or pass --backend URL)")
+            raise ConfigError("backends: at least one backend is required (or pass --backend URL)")
         self.config = config
         self._clock = time.monotonic  # the HTTP server stamps requests on it too
         self.fleet = Fleet(config.fleet, (), self._clock())  # its clock: wall seconds
@@ -219,7 +219,7 @@ class Gateway:
 
     async def start(self) -> None:
         """Discovery, scrapers and probes, Redis; a source that fails at start (an
-        unresolvable name, an unreadable file, a required Redis) is a UserError naming
+        unresolvable name, an unreadable file, a required Redis) is a ConfigError naming
         its field."""
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=UPSTREAM_IDLE_S)
         self._session = aiohttp.ClientSession(

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
 from burstguard.wire.urls import normalize_backend_url
 
 
@@ -180,7 +180,7 @@ class FleetConfig(_Strict):
 def check_backend_urls(
     urls: list[str] | tuple[str, ...], field: str, flag: bool = False
 ) -> tuple[str, ...]:
-    """The normalised URLs of a static list; a bad or repeated one is a UserError naming
+    """The normalised URLs of a static list; a bad or repeated one is a ConfigError naming
     its place: `field.0` in a config, `--backend 1` for a repeated flag (`flag`)."""
 
     def where(i: int) -> str:
@@ -190,7 +190,7 @@ def check_backend_urls(
     for i, url in enumerate(urls):
         norm = normalize_backend_url(url, where(i))
         if norm in seen:
-            raise UserError(
+            raise ConfigError(
                 f"{where(i)}: {url!r} is the same backend as {where(seen[norm])} "
                 f"({urls[seen[norm]]!r}); list each backend once"
             )
