@@ -6,6 +6,7 @@ import math
 import re
 from pathlib import Path
 
+import orjson
 import pytest
 from tests.gateway_driver import queue, rejects, releases, unlisted
 
@@ -16,6 +17,7 @@ from burstguard.gateway.config import AdmissionConfig, BackendConfig, ClassConfi
 from burstguard.gateway.core import GatewayCore
 from burstguard.gateway.events import Arrive, Cancel, Finish, FirstToken, Tick
 from burstguard.gateway.request import GatewayRequest
+from burstguard.wire.outcomes import Outcome, Reason
 from burstguard.workload import seed
 
 
@@ -225,3 +227,17 @@ def test_infinite_or_nan_settings_are_refused_naming_the_field(
         BurstguardError, match=rf"{re.escape(field)}: Input should be a finite number"
     ):
         load_config(path, ["http://x:1"], None, None)
+
+
+def test_outcomes_and_reasons_are_enums_with_their_wire_strings() -> None:
+    """The core counts outcomes and reasons as `Outcome` and `Reason`; metrics labels,
+    log lines and records write the strings they always were."""
+    gw = core(max_queue_requests=1, max_in_flight=1)
+    gw.handle(Arrive(req(0, "standard")), 0.0)  # in flight
+    gw.handle(Arrive(req(1, "standard")), 0.0)  # queued: the queue is full
+    (shed,) = rejects(gw.handle(Arrive(req(2, "standard")), 0.0))
+    assert shed.reason is Reason.QUEUE_FULL
+    assert orjson.dumps({"reason": shed.reason}) == b'{"reason":"queue_full"}'
+    stats = gw.stats
+    assert list(stats.outcomes["standard"]) == ["completed", "rejected", "cancelled", "failed"]
+    assert stats.outcomes["standard"][Outcome.REJECTED] == 1 == stats.rejections["queue_full"]

@@ -83,10 +83,10 @@ from burstguard.gateway.policies import Picker, order_key
 from burstguard.gateway.predictor import OutputPredictor
 from burstguard.gateway.queue import OVERFLOW_TENANT, ClassQueue, GatewayQueue
 from burstguard.gateway.request import BackendState, Entry, GatewayRequest
+from burstguard.wire.outcomes import Outcome, Reason
 
 __all__ = ["BackendState", "GatewayCore", "GatewayRequest", "GatewayStats"]
 
-OUTCOMES = ("completed", "rejected", "cancelled", "failed")
 # how often a driver (the live server, the simulator) sends `Tick`, in wall seconds
 TICK_S = 0.05
 
@@ -101,7 +101,7 @@ class _Admission:
     """
 
     accepted: bool
-    reason: str | None = None
+    reason: Reason | None = None
     retry_after_s: float | None = None
     evicted: tuple[GatewayRequest, ...] = ()
 
@@ -118,7 +118,7 @@ class GatewayStats:
     limit_tokens: float  # math.inf: no token budget
     service_rate: float | None
     outcomes: dict[str, dict[str, int]]  # class -> outcome -> count
-    rejections: dict[str, int]  # reason -> count
+    rejections: dict[Reason, int]  # reason -> count
     ttft_slo: dict[str, tuple[int, int]] = field(default_factory=dict)  # class -> (met, seen)
     preemptions: dict[str, int] = field(default_factory=dict)  # class -> count
     fairness_tenants: dict[str, int] = field(default_factory=dict)  # class -> tenants tracked
@@ -165,8 +165,8 @@ class GatewayCore:
         self._class_tokens = Counter[str]()
         self._preemptible: dict[str, Entry] = {}  # in flight, of a preemptible class
         self._seq = 0
-        self._outcomes = {c.name: Counter[str]() for c in config.classes}
-        self._rejections = Counter[str]()
+        self._outcomes = {c.name: Counter[Outcome]() for c in config.classes}
+        self._rejections = Counter[Reason]()
         self._preemptions = Counter[str]()
         self._overflowed = Counter[str]()  # requests queued as OVERFLOW_TENANT, per class
         self._ttft: dict[str, list[int]] = {c.name: [0, 0] for c in config.classes}
@@ -181,13 +181,13 @@ class GatewayCore:
         self._now = now
         if isinstance(event, Arrive):
             adm = self._submit(event.req, now)
-            out += (self._shed(v, "evicted", now) for v in adm.evicted)
+            out += (self._shed(v, Reason.EVICTED, now) for v in adm.evicted)
             if not adm.accepted:
                 assert adm.reason is not None and adm.retry_after_s is not None
                 out.append(Reject(event.req, adm.reason, adm.retry_after_s))
                 return out
         elif isinstance(event, Tick):
-            out += (self._shed(r, "deadline", now) for r in self._expire(now))
+            out += (self._shed(r, Reason.DEADLINE, now) for r in self._expire(now))
             if self._outage(now):
                 out += self._drop_queue()
         elif isinstance(event, Scrape):
@@ -198,9 +198,9 @@ class GatewayCore:
         elif isinstance(event, Finish):
             self._finish(event.request_id, now, event.output_tokens)
         elif isinstance(event, Cancel):
-            self._leave(event.request_id, now, "cancelled")  # the client went away
+            self._leave(event.request_id, now, Outcome.CANCELLED)  # the client went away
         elif isinstance(event, Fail):
-            self._leave(event.request_id, now, "failed")  # an error went to the client
+            self._leave(event.request_id, now, Outcome.FAILED)  # an error went to the client
         elif isinstance(event, BackendFailed):
             self._backend_failed(event, now, out)
         elif isinstance(event, LeaseRefused):
@@ -308,7 +308,7 @@ class GatewayCore:
             if started:
                 self._resume_after_failure.add(e.req.id)
         else:
-            self._leave(e.req.id, now, "failed")
+            self._leave(e.req.id, now, Outcome.FAILED)
             out.append(Abandon(e.req, fo.outcome))
 
     def _lease_refused(self, request_id: str, now: float) -> None:
@@ -329,7 +329,7 @@ class GatewayCore:
         self._queue.push(e)
         self._queued[e.req.id] = e
 
-    def _shed(self, req: GatewayRequest, reason: str, now: float) -> Reject:
+    def _shed(self, req: GatewayRequest, reason: Reason, now: float) -> Reject:
         """A queued request answered 429 with a Retry-After: when a new request of its
         class would be admitted (its class's expected wait: the drain of the work ahead at
         the rate left to the class, bounded by aging), booked into the class's return
@@ -358,15 +358,15 @@ class GatewayCore:
         e.key = order_key(self.config.policy, e)
 
         if self._outage(now):
-            self._outcomes[cls.name]["rejected"] += 1
-            self._rejections["no_backend"] += 1
-            return _Admission(False, "no_backend", self._outage_retry_s())
+            self._outcomes[cls.name][Outcome.REJECTED] += 1
+            self._rejections[Reason.NO_BACKEND] += 1
+            return _Admission(False, Reason.NO_BACKEND, self._outage_retry_s())
         wait, drain_ahead = self._estimate_wait(cls, now)
         deadline = cls.queue_deadline_s
         if deadline is not None and wait > deadline:
             # with no rate left to its class, the best promise is its backlog's drain time
             drain = wait - deadline if math.isfinite(wait) else drain_ahead
-            return self._reject(e, "deadline", drain, now)
+            return self._reject(e, Reason.DEADLINE, drain, now)
 
         victims = self._victims(e)
         if victims is None:
@@ -379,11 +379,11 @@ class GatewayCore:
             else:
                 excess = excess_n
             drain = estimate_wait(excess, self._class_rate(cls, now))
-            return self._reject(e, "queue_full", drain, now)
+            return self._reject(e, Reason.QUEUE_FULL, drain, now)
         for v in victims:
             self._queue.remove(v)
             del self._queued[v.req.id]
-            self._end(v, "rejected", "evicted")
+            self._end(v, Outcome.REJECTED, Reason.EVICTED)
         self._queue.push(e)
         self._queued[req.id] = e
         self._inflow.add(now, cls.rank, self._work(e.cost))
@@ -459,8 +459,8 @@ class GatewayCore:
             return None
         return victims
 
-    def _reject(self, e: Entry, reason: str, drain_s: float, now: float) -> _Admission:
-        self._outcomes[e.cls.name]["rejected"] += 1
+    def _reject(self, e: Entry, reason: Reason, drain_s: float, now: float) -> _Admission:
+        self._outcomes[e.cls.name][Outcome.REJECTED] += 1
         self._rejections[reason] += 1
         return _Admission(False, reason, self._schedule_return(e.cls, now, drain_s, e.cost))
 
@@ -662,9 +662,9 @@ class GatewayCore:
         self._picker.fairness(e.cls.name).charge(e.tenant, output_tokens - e.predicted_output)
         work = r.prompt_tokens + output_tokens if self._adm.rate_unit == "tokens" else 1
         self._rate.on_finish(now, work)
-        self._end(e, "completed")
+        self._end(e, Outcome.COMPLETED)
 
-    def _leave(self, request_id: str, now: float, outcome: str) -> None:
+    def _leave(self, request_id: str, now: float, outcome: Outcome) -> None:
         """It ends early (cancelled, failed): dropped from the queue, or freed in flight."""
         e = self._queued.pop(request_id, None)
         if e is not None:
@@ -682,7 +682,7 @@ class GatewayCore:
         gone = self._queue.expired(now)
         for e in gone:
             del self._queued[e.req.id]
-            self._end(e, "rejected", "deadline")
+            self._end(e, Outcome.REJECTED, Reason.DEADLINE)
         if gone:
             self._rate.observe(now, self._saturated())
         return [e.req for e in gone]
@@ -713,11 +713,11 @@ class GatewayCore:
             self._queue.remove(e)
             if e.preemptions or e.req.id in self._resume_after_failure:
                 self._resume_after_failure.discard(e.req.id)
-                self._end(e, "failed")
-                out.append(Abandon(e.req, "no_backend"))
+                self._end(e, Outcome.FAILED)
+                out.append(Abandon(e.req, Reason.NO_BACKEND))
             else:
-                self._end(e, "rejected", "no_backend")
-                out.append(Reject(e.req, "no_backend", self._outage_retry_s()))
+                self._end(e, Outcome.REJECTED, Reason.NO_BACKEND)
+                out.append(Reject(e.req, Reason.NO_BACKEND, self._outage_retry_s()))
         self._queued.clear()
         return out
 
@@ -731,7 +731,7 @@ class GatewayCore:
         self._preemptible.pop(e.req.id, None)
         self._picker.fairness(e.cls.name).settled(e.tenant)
 
-    def _end(self, e: Entry, outcome: str, reason: str | None = None) -> None:
+    def _end(self, e: Entry, outcome: Outcome, reason: Reason | None = None) -> None:
         self._outcomes[e.cls.name][outcome] += 1
         if reason is not None:
             self._rejections[reason] += 1
@@ -748,7 +748,7 @@ class GatewayCore:
             limit_requests=self._limits.requests,
             limit_tokens=self._limits.tokens,
             service_rate=self._rate.rate,
-            outcomes={c: {o: n[o] for o in OUTCOMES} for c, n in self._outcomes.items()},
+            outcomes={c: {o: n[o] for o in Outcome} for c, n in self._outcomes.items()},
             rejections=dict(self._rejections),
             ttft_slo={c: (m, s) for c, (m, s) in self._ttft.items()},
             preemptions={c.name: self._preemptions[c.name] for c in self.config.classes},

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from burstguard.gateway.request import BackendState, GatewayRequest
+from burstguard.wire.outcomes import Reason
 
 # -- events: what happened ----------------------------------------------------------------
 
@@ -126,7 +127,7 @@ class Reject:
     backend down longer than `fleet.health.max_outage_wait_s`)."""
 
     req: GatewayRequest
-    reason: str
+    reason: Reason
     retry_after_s: float
 
 

@@ -116,6 +116,7 @@ from burstguard.http.client import (
 )
 from burstguard.http.server import HttpRequest, HttpServer, Responder
 from burstguard.tokenizer import ModelCounters
+from burstguard.wire.outcomes import Outcome, Reason
 from burstguard.wire.prefix import block_hashes
 
 access_log = logging.getLogger("burstguard.gateway.access")
@@ -136,8 +137,8 @@ class _Exchange:
     arrival: float  # the request read whole (HttpRequest.received)
     prompt_tokens: int
     own_s: float = 0.0  # the gateway's own time before the upstream write, queue wait excluded
-    outcome: str | None = None
-    reason: str | None = None
+    outcome: Outcome | None = None
+    reason: str | None = None  # a Reason, or the backend's error code
     status: int = 0
     queue_wait_s: float | None = None
     ttft_s: float | None = None
@@ -455,8 +456,8 @@ class Gateway:
                 self._end_unexpected(ex)
                 raise
             if ex.outcome is None:  # the client hung up, or was cut for not reading
-                ex.outcome = "cancelled"
-                ex.reason = "client_stalled" if resp.stalled else None
+                ex.outcome = Outcome.CANCELLED
+                ex.reason = Reason.CLIENT_STALLED if resp.stalled else None
                 self._waiting.pop(rid, None)
                 self.event(Cancel(rid))
         except Exception:
@@ -471,7 +472,7 @@ class Gateway:
 
     def _end_unexpected(self, ex: _Exchange) -> None:
         if ex.outcome is None:
-            ex.outcome = "failed"
+            ex.outcome = Outcome.FAILED
             self._waiting.pop(ex.rid, None)
             self.event(Fail(ex.rid))
 
@@ -487,7 +488,7 @@ class Gateway:
         while True:
             effect = await fut
             if isinstance(effect, Reject):
-                ex.outcome, ex.reason, ex.status = "rejected", effect.reason, 429
+                ex.outcome, ex.reason, ex.status = Outcome.REJECTED, effect.reason, 429
                 told = send_shed(resp, ex.cls, effect.reason, effect.retry_after_s / self._speedup,
                                  ex.rid)  # fmt: skip
                 self.metrics.shed(ex.cls, told)
@@ -574,7 +575,7 @@ class Gateway:
                 if status >= 500:  # the backend's fault: another may serve it
                     self._backend_failed(ex, "status_5xx", code, payload)
                     return
-                ex.outcome, ex.reason = "failed", f"backend_{status}"
+                ex.outcome, ex.reason = Outcome.FAILED, f"backend_{status}"
                 self.event(Fail(ex.rid))
                 if resp.started:  # a resumed stream the backend refused: end it in-band
                     resp.end(b"data: " + json_bytes(payload) + b"\n\n")
@@ -617,7 +618,7 @@ class Gateway:
         status, payload = ex.failure or (502, {"error": {
             "message": "backend failed", "type": "upstream_error", "param": None,
             "code": "backend_error"}})  # fmt: skip
-        ex.outcome, ex.reason = "failed", str(payload["error"].get("code"))
+        ex.outcome, ex.reason = Outcome.FAILED, str(payload["error"].get("code"))
         if outcome != "not_retryable":
             ex.reason += f"+{outcome}"
         if resp.started:
@@ -679,7 +680,7 @@ class Gateway:
         await call.finished()
         ex.output_tokens = relay.tokens()
         if relay.finished():
-            ex.outcome = "completed"
+            ex.outcome = Outcome.COMPLETED
             self.metrics.output_tokens_of(ex.cls).inc(ex.output_tokens)
             self.event(Finish(ex.rid, ex.output_tokens))
         else:  # the backend ended it early (it died, or llama-cpp-python's cut)
@@ -700,7 +701,7 @@ class Gateway:
             self._backend_failed(ex, "bad_answer", 502, {"error": err})
             return
         ex.output_tokens = tokens
-        ex.outcome, ex.status = "completed", 200
+        ex.outcome, ex.status = Outcome.COMPLETED, 200
         self.metrics.output_tokens_of(ex.cls).inc(ex.output_tokens)
         self.event(Finish(ex.rid, ex.output_tokens))
         resp.send(200, raw, [
@@ -716,7 +717,7 @@ class Gateway:
 
     def _close(self, ex: _Exchange) -> None:
         """Counts the outcome once and writes the request's log line."""
-        outcome = ex.outcome or "failed"
+        outcome = ex.outcome or Outcome.FAILED
         self.metrics.ended(ex.cls, outcome, ex.reason)
         if self.shared is not None and ex.backends:  # the tenant's service, for all replicas
             self.shared.charge_tenant(ex.cls, ex.tenant, ex.prompt_tokens + ex.output_tokens)

@@ -70,6 +70,7 @@ from burstguard.sim.heap import EventHeap
 from burstguard.sim.loop import RecordBook, SimResult, engine_prefix, served_prompt
 from burstguard.sim.replicas import ReplicaSet, replica_id
 from burstguard.sim.series import SeriesRecorder
+from burstguard.wire.outcomes import Outcome
 from burstguard.wire.prefix import block_hashes, chat_text
 from burstguard.wire.tokens import CHARS_PER_TOKEN
 from burstguard.workload.prompts import PromptRenderer, chat_content_tokens
@@ -212,7 +213,7 @@ class _GatewaySim:
         rid = effect.req.id
         rec = self.book.records[rid]
         if isinstance(effect, Reject):
-            self._answered(rec, now, 429, "rejected")
+            self._answered(rec, now, 429, Outcome.REJECTED)
             rec.retry_after_s = effect.retry_after_s
         elif isinstance(effect, Preempt):
             self.replicas.engine(self.where[rid]).abort(rid, now)
