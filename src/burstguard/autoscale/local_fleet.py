@@ -44,7 +44,7 @@ from burstguard.autoscale.fleet import (
 )
 from burstguard.autoscale.live import LiveScaler, aligned
 from burstguard.autoscale.signals import SIGNAL_NAMES
-from burstguard.errors import UserError
+from burstguard.errors import BurstguardError
 from burstguard.http.preflight import served_models
 from burstguard.procs import ManagedProcess, free_port
 from burstguard.scrape import metric_sum, parse_metrics
@@ -287,7 +287,7 @@ class LocalFleet:
                 timeout=aiohttp.ClientTimeout(total=timeout_s),
             ) as resp:  # fmt: skip
                 await resp.read()
-        except (UserError, IndexError, TimeoutError, aiohttp.ClientError) as exc:
+        except (BurstguardError, IndexError, TimeoutError, aiohttp.ClientError) as exc:
             log.warning("warm-up of %s failed (%s): it serves cold", url, exc)
 
     def _new_process(self) -> tuple[ManagedProcess, str]:

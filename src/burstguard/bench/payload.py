@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from burstguard.errors import UserError
+from burstguard.errors import FileError
 from burstguard.wire import headers as wire_headers
 from burstguard.wire.prefix import BLOCK_TOKENS
 from burstguard.workload.prompts import PromptRenderer, chat_content_tokens
@@ -37,24 +37,24 @@ def load_prompt_file(path: Path) -> list[str]:
     try:
         lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
     except OSError as exc:
-        raise UserError(f"--prompt-file {path}: {exc.strerror or exc}") from None
+        raise FileError(f"--prompt-file {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
-        raise UserError(f"--prompt-file {path}: not UTF-8 text") from None
+        raise FileError(f"--prompt-file {path}: not UTF-8 text") from None
     prompts: list[str] = []
     for lineno, line in enumerate(lines, 1):
         if line.lstrip().startswith("{"):
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{lineno}: bad JSON: {exc.msg}") from None
+                raise FileError(f"{path}:{lineno}: bad JSON: {exc.msg}") from None
             text = obj.get("prompt", obj.get("text")) if isinstance(obj, dict) else None
             if not isinstance(text, str):
-                raise UserError(f"{path}:{lineno}: expected a string `prompt` field")
+                raise FileError(f"{path}:{lineno}: expected a string `prompt` field")
             prompts.append(text)
         else:
             prompts.append(line)
     if not prompts:
-        raise UserError(f"--prompt-file {path}: no prompts in it")
+        raise FileError(f"--prompt-file {path}: no prompts in it")
     return prompts
 
 

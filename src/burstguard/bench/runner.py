@@ -36,6 +36,7 @@ from burstguard.client.retry import RetryBudget, RetryPolicy, retry_headers
 from burstguard.clock import schedule_origin
 from burstguard.http.client import UpstreamPool
 from burstguard.scrape import MetricsPoller
+from burstguard.wire.outcomes import Outcome
 from burstguard.workload.cycle import BurstCycle, CycleSpec
 from burstguard.workload.spec import RequestSpec, Workload
 
@@ -193,11 +194,11 @@ class _Run:
                 self.live.retries += 1
                 await asyncio.sleep(decision.delay_s)
         except asyncio.CancelledError:
-            record.error = "cancelled"
+            record.error = Outcome.CANCELLED
             raise
         finally:
             if record.sent_s is None and first is None and record.error is None:
-                record.error = "cancelled"
+                record.error = Outcome.CANCELLED
             self._finish(record)
 
     def _fill(self, record: RequestRecord, attempt: stream.Attempt, first: float) -> None:

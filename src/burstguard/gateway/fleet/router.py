@@ -123,7 +123,7 @@ class Router:
             return None
         turn = self._turn
         self._turn += 1
-        if len(room) == 1:
+        if len(room) == 1 and not self.cfg.affinity:
             return room[0].url  # the only candidate, whatever the policy would weigh
         pool = [b for b in room if not is_saturated(b, self.cfg)] or room
         if self.cfg.affinity:  # before any policy: it picks for requests without a prefix
