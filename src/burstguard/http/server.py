@@ -3,7 +3,8 @@
 Why not uvicorn + Starlette: a proxied token costs one read from the engine and one write
 to the client, and under a burst the gateway relays tens of thousands of them a second.
 Through ASGI each one crossed a stream reader, a task wake-up and four `send` wrappers
-(~40 us of gateway CPU per chunk, docs/gateway.md "Overhead benchmark"); here the upstream
+(what that cost, from py-spy profiles: docs/measurements/2026-12-05-gateway-overhead.md);
+here the upstream
 protocol's callback writes the chunk to the client transport directly. The server keeps
 what a proxy needs and nothing more: keep-alive (and pipelined requests, answered in
 order), body size limits decided from the headers, `Expect: 100-continue` (sent when the
