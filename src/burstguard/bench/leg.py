@@ -27,7 +27,7 @@ def run_bench(
         records, poller, interrupted = run_workers(config, workload, reporter)
     else:
         with RecordWriter(records_path) as writer, asyncio.Runner(loop_factory=new_loop) as r:
-            run, poller, interrupted = r.run(_run(config, workload, writer, reporter))
+            run, poller, interrupted = r.run(_run(config, workload, writer, reporter, config.shard))
         records = run.records
         cycle_log = run.cycle.log if run.cycle is not None else None
     return summarize_leg(config, workload, records, poller, interrupted, cycle_log)
@@ -57,6 +57,7 @@ def summarize_leg(
         "concurrency": config.concurrency,
         "speedup": config.speedup,
         "workers": config.workers,
+        "shard": list(config.shard),
         "retry": dataclasses.asdict(config.retry),
         "attempts": len(records) + sum(r.retries for r in records),
         "interrupted": interrupted,

@@ -76,6 +76,9 @@ class BenchConfig:
     """Processes sending the one schedule, split by request index (bench/workers.py)."""
     start_at: float | None = None
     """Unix time of the schedule's zero (None: as soon as the client is ready)."""
+    shard: tuple[int, int] = (0, 1)
+    """(K, N): this machine sends requests K, K + N, ... of the schedule (closed loop:
+    users); its workers split that share again."""
 
 
 def _us(seconds: float) -> float:

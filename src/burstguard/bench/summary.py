@@ -202,6 +202,39 @@ def summarize(
     return summary
 
 
+def merge_shards(
+    shards: Sequence[tuple[dict[str, Any], Sequence[RequestRecord]]],
+) -> tuple[dict[str, Any], list[RequestRecord]]:
+    """The runs of `bench --shard K/N` (all N of one schedule, each its summary and records)
+    as the one run a single client would have written: records in schedule order, every
+    figure computed again over all of them; the rest (target, series) from shard 0.
+    Raises ValueError naming the shards missing or repeated."""
+    if not shards:
+        raise ValueError("no shard runs to merge")
+    by_k: dict[int, tuple[dict[str, Any], Sequence[RequestRecord]]] = {}
+    n = None
+    for summary, records in shards:
+        k, of = summary.get("shard", (0, 1))
+        if n is not None and of != n:
+            raise ValueError(f"shards of different splits: /{n} and /{of}")
+        if k in by_k:
+            raise ValueError(f"shard {k}/{of} appears twice")
+        n, by_k[k] = of, (summary, records)
+    assert n is not None
+    missing = sorted(set(range(n)) - set(by_k))
+    if missing:
+        raise ValueError(f"shards {', '.join(f'{k}/{n}' for k in missing)} are missing")
+    first = by_k[0][0]
+    merged = sorted((r for _, rs in by_k.values() for r in rs), key=lambda r: r.scheduled_s)
+    slo = Slo(**first["slo"]) if isinstance(first.get("slo"), dict) else Slo()
+    fresh = summarize(merged, duration_s=first["duration_s"], slo=slo, source=first["source"])
+    attempts = sum(int(s.get("attempts", len(rs))) for s, rs in by_k.values())
+    out = {**{k: v for k, v in first.items() if k not in fresh}, **fresh}
+    out.update(shard=[0, 1], shards=n, attempts=attempts,
+               attempt_rate_rps=attempts / max(fresh["duration_s"], 1e-9))  # fmt: skip
+    return out, merged
+
+
 def write_summary(path: Path, summary: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

@@ -152,7 +152,9 @@ def run_workers(
     worker_config = dataclasses.replace(config, scrape_url=None, workers=1)
     procs = []
     for k in range(n):
-        args = (worker_config, workload, (k, n), ready, start, origin, counts)
+        k0, machines = config.shard  # worker k of this machine's share of the schedule
+        args = (worker_config, workload, (k0 + machines * k, machines * n), ready, start,
+                origin, counts)  # fmt: skip
         procs.append(ctx.Process(target=_worker, name=f"bench-worker-{k}", args=args, daemon=True))
     for p in procs:
         p.start()
