@@ -12,7 +12,6 @@ import asyncio
 import math
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import aiohttp
 import openai
@@ -118,8 +117,8 @@ async def test_burstguards_retry_client_honours_the_quota(gateway: str) -> None:
         tries: list[tuple[float, int]] = []
 
         async def send(headers: dict[str, str]) -> int:
-            async with s.post(gateway + "/v1/completions", json=BODY,
-                              headers={**headers, "x-burstguard-tenant": "client"}) as r:  # fmt: skip
+            tenant = {**headers, "x-burstguard-tenant": "client"}
+            async with s.post(gateway + "/v1/completions", json=BODY, headers=tenant) as r:
                 await r.read()
                 tries.append((time.monotonic(), r.status))
                 if r.status != 200:
@@ -134,8 +133,8 @@ async def test_burstguards_retry_client_honours_the_quota(gateway: str) -> None:
         assert 1.5 < tries[2][0] - tries[1][0] < 2.5  # the Retry-After, not the 10 ms backoff
 
         async def glacial(headers: dict[str, str]) -> int:
-            async with s.post(gateway + "/v1/completions", json=BODY,
-                              headers={**headers, "x-burstguard-tenant": "glacial"}) as r:  # fmt: skip
+            tenant = {**headers, "x-burstguard-tenant": "glacial"}
+            async with s.post(gateway + "/v1/completions", json=BODY, headers=tenant) as r:
                 await r.read()
                 if r.status != 200:
                     raise RetryableFailure.from_response(r.status, r.headers)
