@@ -34,12 +34,74 @@ class BackendConfig(BackendOptions):
     metrics_url: str | None = Field(None, description="Prometheus /metrics (None: url/metrics)")
 
 
+class QuotaLimit(_Strict):
+    """A token-bucket quota: a request rate and a token rate (either may be absent: not
+    limited), each per second or per minute of the core's clock, with a burst (the bucket's
+    size; default: one period's worth, so `tokens_per_minute: 60000` may be used at once
+    and then refills at 1000 per second, as a per-minute window would allow)."""
+
+    requests_per_second: float | None = Field(None, gt=0)
+    requests_per_minute: float | None = Field(None, gt=0)
+    tokens_per_second: float | None = Field(None, gt=0)
+    tokens_per_minute: float | None = Field(None, gt=0)
+    burst_requests: float | None = Field(
+        None, ge=1, description="request bucket size (default: one period of the rate)"
+    )
+    burst_tokens: float | None = Field(
+        None, ge=1, description="token bucket size (default: one period of the rate); a "
+        "request costing more can never be admitted (429, x-should-retry: false)",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _check(self) -> QuotaLimit:
+        for what in ("requests", "tokens"):
+            per_s = getattr(self, f"{what}_per_second")
+            per_min = getattr(self, f"{what}_per_minute")
+            if per_s is not None and per_min is not None:
+                raise ValueError(f"give {what}_per_second or {what}_per_minute, not both")
+            if getattr(self, f"burst_{what}") is not None and per_s is None and per_min is None:
+                raise ValueError(f"burst_{what} needs {what}_per_second or {what}_per_minute")
+        if self.rate("requests") is None and self.rate("tokens") is None:
+            raise ValueError("a quota needs a request rate or a token rate (or both)")
+        return self
+
+    def rate(self, what: Literal["requests", "tokens"]) -> tuple[float, float] | None:
+        """(refill per second, burst) of the `what` bucket; None: not limited."""
+        per_s = getattr(self, f"{what}_per_second")
+        per_min = getattr(self, f"{what}_per_minute")
+        if per_s is None and per_min is None:
+            return None
+        rate = per_s if per_s is not None else per_min / 60.0
+        burst = getattr(self, f"burst_{what}")
+        return rate, burst if burst is not None else (per_s if per_s is not None else per_min)
+
+
+class QuotaConfig(_Strict):
+    """Per-tenant quotas (docs/gateway.md, "Quotas"). The most specific rule applies: the
+    API key's own `quota`, else `tenants[tenant]`, else `classes[class]`, else `default`
+    (None: unlimited). A key's rule is one bucket per key, every other rule one bucket per
+    tenant (a class rule is the default for that class's tenants)."""
+
+    default: QuotaLimit | None = Field(None, description="for tenants no other rule names")
+    tenants: dict[str, QuotaLimit] = Field(default_factory=dict)
+    classes: dict[str, QuotaLimit] = Field(default_factory=dict)
+    reserve_output_tokens: int | None = Field(
+        None, ge=0, description="output tokens charged at admission for a request without "
+        "max_tokens (then settled to what it produced); None: predictor.default_max_tokens",
+    )  # fmt: skip
+    max_buckets: int = Field(
+        10_000, ge=16, description="local buckets kept (tenant ids are the client's to choose); "
+        "past it, refilled ones are dropped, then new tenants share the bucket `~overflow`",
+    )  # fmt: skip
+
+
 class ApiKeyConfig(_Strict):
     """An API key and who it belongs to; the tier is the request's priority class."""
 
     key: str = Field(min_length=8)
     tenant: str = Field(min_length=1)
     tier: str = Field(min_length=1)
+    quota: QuotaLimit | None = Field(None, description="this key's own quota (one bucket)")
 
 
 class ClassConfig(_Strict):
@@ -281,6 +343,7 @@ class GatewayConfig(_Strict):
     predictor: PredictorConfig = PredictorConfig()
     autoscaler: AutoscalerConfig | None = None
     fleet: FleetConfig = FleetConfig()
+    quotas: QuotaConfig = QuotaConfig()
 
     @model_validator(mode="after")
     def _check(self) -> GatewayConfig:
@@ -304,6 +367,9 @@ class GatewayConfig(_Strict):
         for i, k in enumerate(self.api_keys):
             if k.tier not in names:
                 raise ValueError(f"api_keys.{i}.tier: {k.tier!r} is not one of {names}")
+        for cls in self.quotas.classes:
+            if cls not in names:
+                raise ValueError(f"quotas.classes: {cls!r} is not one of {names}")
         keys = [k.key for k in self.api_keys]
         if len(set(keys)) != len(keys):
             raise ValueError("api_keys: the same key is listed twice")

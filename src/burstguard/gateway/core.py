@@ -75,6 +75,7 @@ from burstguard.gateway.events import (
     Reject,
     Release,
     Scrape,
+    Settle,
     Tick,
 )
 from burstguard.gateway.fleet.fleet import Fleet
@@ -82,6 +83,7 @@ from burstguard.gateway.fleet.router import RouteRequest
 from burstguard.gateway.policies import Picker, order_key
 from burstguard.gateway.predictor import OutputPredictor
 from burstguard.gateway.queue import OVERFLOW_TENANT, ClassQueue, GatewayQueue
+from burstguard.gateway.quota import Plan, Quotas, Verdict, settle_amounts
 from burstguard.gateway.request import BackendState, Entry, GatewayRequest
 from burstguard.wire.outcomes import Outcome, Reason
 
@@ -123,6 +125,7 @@ class GatewayStats:
     preemptions: dict[str, int] = field(default_factory=dict)  # class -> count
     fairness_tenants: dict[str, int] = field(default_factory=dict)  # class -> tenants tracked
     tenant_overflow: dict[str, int] = field(default_factory=dict)  # class -> queued as ~overflow
+    quota_buckets: int = 0  # local quota buckets held (bounded by quotas.max_buckets)
 
 
 class GatewayCore:
@@ -172,6 +175,10 @@ class GatewayCore:
         self._ttft: dict[str, list[int]] = {c.name: [0, 0] for c in config.classes}
         self._return_at = {c.name: -math.inf for c in config.classes}  # see _schedule_return
         self._outage_since: float | None = None  # the fleet's clock; see _outage
+        self.quotas = Quotas(config.quotas, config.api_keys, config.predictor.default_max_tokens)
+        self._quota_on = self.quotas.enabled
+        self._charged: dict[str, tuple[Plan, Verdict, int]] = {}  # id -> plan, verdict, share
+        self._settles: list[Effect] = []
 
     # -- the driver protocol ----------------------------------------------------------
 
@@ -180,11 +187,17 @@ class GatewayCore:
         out: list[Effect] = []
         self._now = now
         if isinstance(event, Arrive):
+            if self._quota_on and (refused := self._quota_admit(event, now)) is not None:
+                out.append(refused)
+                return out
             adm = self._submit(event.req, now)
             out += (self._shed(v, Reason.EVICTED, now) for v in adm.evicted)
             if not adm.accepted:
                 assert adm.reason is not None and adm.retry_after_s is not None
-                out.append(Reject(event.req, adm.reason, adm.retry_after_s))
+                charged = self._quota_settle(event.req.id, now, None, ran=False)
+                out.append(Reject(event.req, adm.reason, adm.retry_after_s, charged))
+                out += self._settles
+                self._settles.clear()
                 return out
         elif isinstance(event, Tick):
             out += (self._shed(r, Reason.DEADLINE, now) for r in self._expire(now))
@@ -197,10 +210,10 @@ class GatewayCore:
             return out  # frees nothing: no release to consider
         elif isinstance(event, Finish):
             self._finish(event.request_id, now, event.output_tokens)
-        elif isinstance(event, Cancel):
-            self._leave(event.request_id, now, Outcome.CANCELLED)  # the client went away
-        elif isinstance(event, Fail):
-            self._leave(event.request_id, now, Outcome.FAILED)  # an error went to the client
+        elif isinstance(event, Cancel):  # the client went away
+            self._leave(event.request_id, now, Outcome.CANCELLED, event.output_tokens)
+        elif isinstance(event, Fail):  # an error went to the client
+            self._leave(event.request_id, now, Outcome.FAILED, event.output_tokens)
         elif isinstance(event, BackendFailed):
             self._backend_failed(event, now, out)
         elif isinstance(event, LeaseRefused):
@@ -211,7 +224,55 @@ class GatewayCore:
         if self._forgotten:
             out += (Forget(url) for url in self._forgotten)
             self._forgotten.clear()
+        if self._settles:
+            out += self._settles
+            self._settles.clear()
         return out
+
+    # -- quotas -----------------------------------------------------------------------
+
+    def quota_plan(self, req: GatewayRequest) -> Plan | None:
+        """The buckets and costs `req` is charged (None: no quota limits it): what a shell
+        charges in the shared store before it hands the core `Arrive(req, quota=...)`."""
+        return self.quotas.plan(req) if self._quota_on else None
+
+    def _quota_admit(self, event: Arrive, now: float) -> Reject | None:
+        """Charges the request's quota (or takes the shell's shared verdict); a Reject
+        when its bucket cannot pay now (the Retry-After: exactly when it could)."""
+        req = event.req
+        plan = self.quotas.plan(req)
+        if plan is None:
+            return None
+        share = max(1, event.quota_share)
+        verdict = event.quota if event.quota is not None else self.quotas.take(plan, now, share)
+        if not verdict.admitted:
+            cls = self.config.class_by_name(req.priority_class)
+            self._outcomes[cls.name][Outcome.REJECTED] += 1
+            self._rejections[Reason.QUOTA] += 1
+            return Reject(req, Reason.QUOTA, verdict.wait_s, verdict)
+        self._charged[req.id] = (plan, verdict, share)
+        return None
+
+    def _quota_settle(
+        self, request_id: str, now: float, output_tokens: int | None, ran: bool
+    ) -> Verdict | None:
+        """The request ended: its quota is settled to what it used (`quota.settle_amounts`),
+        here or, when the shared store charged it, by a `Settle` effect. Its verdict."""
+        charged = self._charged.pop(request_id, None) if self._charged else None
+        if charged is None:
+            return None
+        plan, verdict, share = charged
+        amounts = settle_amounts(plan, output_tokens, ran)
+        if not amounts:
+            return verdict
+        if verdict.shared:
+            pairs = tuple((c, amounts[c.kind]) for c in plan.charges if amounts.get(c.kind))
+            if pairs:
+                req = GatewayRequest(request_id, now, plan.prompt_tokens, None)
+                self._settles.append(Settle(req, pairs))
+        else:
+            self.quotas.settle(plan, share, now, amounts)
+        return verdict
 
     # -- the fleet --------------------------------------------------------------------
 
@@ -338,7 +399,8 @@ class GatewayCore:
         cost = req.prompt_tokens + (req.max_tokens or self.config.predictor.default_max_tokens)
         wait, ahead = self._estimate_wait(cls, now)
         drain = wait if math.isfinite(wait) else ahead
-        return Reject(req, reason, self._schedule_return(cls, now, drain, cost))
+        charged = self._quota_settle(req.id, now, None, ran=False)
+        return Reject(req, reason, self._schedule_return(cls, now, drain, cost), charged)
 
     # -- arrivals ---------------------------------------------------------------------
 
@@ -562,7 +624,9 @@ class GatewayCore:
         self._picker.fairness(e.cls.name).dispatched(e.tenant, charge)
         resumed = e.preemptions > 0 or e.req.id in self._resume_after_failure
         self._resume_after_failure.discard(e.req.id)
-        out.append(Release(e.req, backend, self._priority(e, backend), resumed))
+        charged = self._charged.get(e.req.id) if self._charged else None
+        verdict = charged[1] if charged is not None else None
+        out.append(Release(e.req, backend, self._priority(e, backend), resumed, quota=verdict))
 
     def _preempt_for_better(self, now: float, out: list[Effect]) -> bool:
         """With every slot taken: the best class that waits (and its own cap admits) takes
@@ -662,10 +726,14 @@ class GatewayCore:
         self._picker.fairness(e.cls.name).charge(e.tenant, output_tokens - e.predicted_output)
         work = r.prompt_tokens + output_tokens if self._adm.rate_unit == "tokens" else 1
         self._rate.on_finish(now, work)
+        self._quota_settle(r.id, now, output_tokens, ran=True)
         self._end(e, Outcome.COMPLETED)
 
-    def _leave(self, request_id: str, now: float, outcome: Outcome) -> None:
-        """It ends early (cancelled, failed): dropped from the queue, or freed in flight."""
+    def _leave(
+        self, request_id: str, now: float, outcome: Outcome, output_tokens: int | None = None
+    ) -> None:
+        """It ends early (cancelled, failed): dropped from the queue, or freed in flight;
+        its quota is charged what it used (nothing, when it never reached a backend)."""
         e = self._queued.pop(request_id, None)
         if e is not None:
             self._queue.remove(e)
@@ -675,6 +743,8 @@ class GatewayCore:
                 return
             self._unrelease(e)
         self._rate.observe(now, self._saturated())
+        ran = e.released_at is not None
+        self._quota_settle(request_id, now, output_tokens if ran else None, ran)
         self._end(e, outcome)
 
     def _expire(self, now: float) -> list[GatewayRequest]:
@@ -682,7 +752,7 @@ class GatewayCore:
         gone = self._queue.expired(now)
         for e in gone:
             del self._queued[e.req.id]
-            self._end(e, Outcome.REJECTED, Reason.DEADLINE)
+            self._end(e, Outcome.REJECTED, Reason.DEADLINE)  # `_shed` settles its quota
         if gone:
             self._rate.observe(now, self._saturated())
         return [e.req for e in gone]
@@ -713,11 +783,13 @@ class GatewayCore:
             self._queue.remove(e)
             if e.preemptions or e.req.id in self._resume_after_failure:
                 self._resume_after_failure.discard(e.req.id)
+                self._quota_settle(e.req.id, self._now, None, ran=True)
                 self._end(e, Outcome.FAILED)
                 out.append(Abandon(e.req, Reason.NO_BACKEND))
             else:
+                charged = self._quota_settle(e.req.id, self._now, None, ran=False)
                 self._end(e, Outcome.REJECTED, Reason.NO_BACKEND)
-                out.append(Reject(e.req, Reason.NO_BACKEND, self._outage_retry_s()))
+                out.append(Reject(e.req, Reason.NO_BACKEND, self._outage_retry_s(), charged))
         self._queued.clear()
         return out
 
@@ -754,6 +826,7 @@ class GatewayCore:
             preemptions={c.name: self._preemptions[c.name] for c in self.config.classes},
             fairness_tenants={c: len(ts) for c, ts in self._picker.tracked().items()},
             tenant_overflow={c.name: self._overflowed[c.name] for c in self.config.classes},
+            quota_buckets=self.quotas.buckets,
         )
 
     def tenant_service(self, cls: str, tenant: str) -> float | None:

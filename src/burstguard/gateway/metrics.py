@@ -95,6 +95,8 @@ class GaugeSnapshot:
     backend_kv_usage: float | None = None
     fairness_tenants: Mapping[str, int] = field(default_factory=dict)  # class -> tracked
     tenant_overflow: Mapping[str, int] = field(default_factory=dict)  # class -> total
+    quota_buckets: int | None = None  # local quota buckets (None: no quotas configured)
+    quota_local_share: int | None = None  # N while quotas are enforced locally as quota/N
     extra: Mapping[str, float] = field(default_factory=dict)
 
 
@@ -189,6 +191,20 @@ class _SnapshotCollector(Collector):
         for name, n in s.tenant_overflow.items():
             overflow.add_metric([name], n)
         yield overflow
+        if s.quota_buckets is not None:  # no label per tenant: tenant ids are the client's
+            yield _gauge(
+                "burstguard_quota_buckets",
+                "Quota buckets this gateway holds itself (bounded by quotas.max_buckets)",
+                s.quota_buckets,
+            )
+        if s.quota_local_share is not None:
+            yield _gauge(
+                "burstguard_quota_local_share",
+                "1 while quotas are charged in the shared store (fleet.redis); N "
+                "(fleet.redis.replicas) while Redis is unreachable and this replica enforces "
+                "quota/N alone",
+                s.quota_local_share,
+            )
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -74,8 +74,10 @@ from burstguard.gateway.core import TICK_S, GatewayCore
 from burstguard.gateway.errors import (
     JSON_HEADER,
     json_bytes,
+    ratelimit_headers,
     send_error,
     send_json,
+    send_quota,
     send_shed,
     transport_error,
     upstream_error,
@@ -97,6 +99,7 @@ from burstguard.gateway.events import (
     Reject,
     Release,
     Scrape,
+    Settle,
     Tick,
 )
 from burstguard.gateway.fleet.fleet import Fleet
@@ -104,6 +107,7 @@ from burstguard.gateway.fleet.metrics import FleetCollector
 from burstguard.gateway.fleet.monitor import FleetMonitor
 from burstguard.gateway.fleet.shared_state import SharedState
 from burstguard.gateway.metrics import CONTENT_TYPE, GatewayMetrics, GaugeSnapshot, is_retry
+from burstguard.gateway.quota import Verdict
 from burstguard.gateway.relay import SseRelay, json_tokens, resume_body, upstream_body
 from burstguard.gateway.request import BackendState, GatewayRequest
 from burstguard.http.client import (
@@ -150,6 +154,8 @@ class _Exchange:
     lease: str | None = None  # the backend whose shared (Redis) slot it holds
     resumed_on_failover: int = 0  # its stream went on elsewhere after its backend failed
     failure: tuple[int, dict[str, Any]] | None = None  # the last backend failure's answer
+    quota: Verdict | None = None  # its quota's buckets after admission (x-ratelimit-*)
+    relay: SseRelay | None = None  # a stream's relay (what its client received so far)
 
 
 class Gateway:
@@ -315,6 +321,10 @@ class Gateway:
             ex.lease = None
 
     def _carry_out(self, effect: Effect) -> None:
+        if isinstance(effect, Settle):  # the request's quota, charged in Redis, settled
+            if self.shared is not None:
+                self.shared.settle_quota_soon(effect.amounts, self._speedup)
+            return
         if isinstance(effect, Forget):  # a drained backend left the fleet
             if self.monitor is not None:
                 self.monitor.forget(effect.backend)
@@ -444,11 +454,13 @@ class Gateway:
             else ()
         )
         gr = GatewayRequest(rid, arrival * self._speedup, prompt_tokens, gen.output_limit(),
-                            cls, tenant, req.path, resumable, prefix_hashes=hashes)  # fmt: skip
+                            cls, tenant, req.path, resumable, prefix_hashes=hashes,
+                            key_id=ident.key_id if ident is not None else None)  # fmt: skip
+        arrive = await self._charge_quota(gr)
         ex.own_s = self._clock() - arrival  # read to the core; the rest is added at release
         fut: asyncio.Future[Effect] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut
-        self.event(Arrive(gr))
+        self.event(arrive)
         try:
             await self._serve(req, resp, ex, fut, gen, data)
         except asyncio.CancelledError:
@@ -459,7 +471,7 @@ class Gateway:
                 ex.outcome = Outcome.CANCELLED
                 ex.reason = Reason.CLIENT_STALLED if resp.stalled else None
                 self._waiting.pop(rid, None)
-                self.event(Cancel(rid))
+                self.event(Cancel(rid, self._received(ex)))
         except Exception:
             log.exception("request %s failed in the gateway", rid)
             self._end_unexpected(ex)
@@ -470,11 +482,38 @@ class Gateway:
             self._running.pop(rid, None)
         self._close(ex)
 
+    async def _charge_quota(self, gr: GatewayRequest) -> Arrive:
+        """The request's arrival; with fleet.redis, its quota charged in Redis first (the
+        core's plan, the core's verdict to take), or, Redis unreachable, left to the core
+        at quota / replicas."""
+        if self.shared is None:
+            return Arrive(gr)
+        plan = self.core.quota_plan(gr)
+        if plan is None:
+            return Arrive(gr)
+        try:
+            verdict = await self.shared.charge_quota(plan, self._speedup)
+        except asyncio.CancelledError:  # its client left: whatever was charged goes back
+            self.shared.settle_quota_soon([(c, c.cost) for c in plan.charges], self._speedup)
+            raise
+        if verdict is None:
+            return Arrive(gr, quota_share=self.config.fleet.redis.replicas)
+        return Arrive(gr, quota=verdict)
+
+    @staticmethod
+    def _received(ex: _Exchange) -> int | None:
+        """Output tokens its client holds (a stream's, counted so far; None: unknown)."""
+        if ex.output_tokens:
+            return ex.output_tokens
+        if ex.relay is not None and ex.stream:
+            return ex.relay.tokens()
+        return None if ex.backends else 0
+
     def _end_unexpected(self, ex: _Exchange) -> None:
         if ex.outcome is None:
             ex.outcome = Outcome.FAILED
             self._waiting.pop(ex.rid, None)
-            self.event(Fail(ex.rid))
+            self.event(Fail(ex.rid, self._received(ex)))
 
     async def _serve(
         self, req: HttpRequest, resp: Responder, ex: _Exchange,
@@ -489,8 +528,14 @@ class Gateway:
             effect = await fut
             if isinstance(effect, Reject):
                 ex.outcome, ex.reason, ex.status = Outcome.REJECTED, effect.reason, 429
+                if effect.reason == Reason.QUOTA and effect.quota is not None:
+                    wait = send_quota(resp, ex.tenant, effect.quota, self._speedup, ex.rid)
+                    if math.isfinite(wait):
+                        self.metrics.shed(ex.cls, max(1, math.ceil(wait)))
+                    return
+                extra = ratelimit_headers(effect.quota, self._speedup)
                 told = send_shed(resp, ex.cls, effect.reason, effect.retry_after_s / self._speedup,
-                                 ex.rid)  # fmt: skip
+                                 ex.rid, extra)  # fmt: skip
                 self.metrics.shed(ex.cls, told)
                 return
             if isinstance(effect, Abandon):
@@ -498,10 +543,13 @@ class Gateway:
                 return
             assert isinstance(effect, Release)
             backend = effect.backend
+            if effect.quota is not None:
+                ex.quota = effect.quota
             if relay is None:  # a stream keeps its text where its backend can resume it
                 keep = ex.stream and self.core.backend_options(backend).resume
                 relay = SseRelay(chat, strip_usage=not (opts is not None and opts.include_usage),
                                  keep_text=keep)  # fmt: skip
+                ex.relay = relay
             released = self._clock()
             if ex.queue_wait_s is None:
                 ex.queue_wait_s = released - ex.arrival
@@ -576,7 +624,7 @@ class Gateway:
                     self._backend_failed(ex, "status_5xx", code, payload)
                     return
                 ex.outcome, ex.reason = Outcome.FAILED, f"backend_{status}"
-                self.event(Fail(ex.rid))
+                self.event(Fail(ex.rid, self._received(ex)))
                 if resp.started:  # a resumed stream the backend refused: end it in-band
                     resp.end(b"data: " + json_bytes(payload) + b"\n\n")
                 else:
@@ -667,6 +715,7 @@ class Gateway:
                     ("content-type", call.content_type or "text/event-stream"),
                     ("cache-control", "no-cache"), ("x-request-id", ex.rid),
                     ("x-burstguard-class", ex.cls),
+                    *ratelimit_headers(ex.quota, self._speedup),
                 ])  # fmt: skip
             resp.on_writable = lambda: call.pause(False)
             call.stream_to(sink)
@@ -707,6 +756,7 @@ class Gateway:
         resp.send(200, raw, [
             ("content-type", call.content_type or "application/json"),
             ("x-request-id", ex.rid), ("x-burstguard-class", ex.cls),
+            *ratelimit_headers(ex.quota, self._speedup),
         ])  # fmt: skip
 
     def _refuse(self, resp: Responder, status: int, message: str, code: str) -> None:
@@ -803,7 +853,16 @@ class Gateway:
             backend_kv_usage=b.kv_usage if b is not None else None,
             fairness_tenants=s.fairness_tenants,
             tenant_overflow=s.tenant_overflow,
+            quota_buckets=s.quota_buckets if self.core.quotas.enabled else None,
+            quota_local_share=self._quota_share(),
         )
+
+    def _quota_share(self) -> int | None:
+        """N while this replica enforces quota/N alone (Redis lost), 1 while Redis charges
+        quotas, None without quotas or without Redis."""
+        if self.shared is None or not self.core.quotas.enabled:
+            return None
+        return self.config.fleet.redis.replicas if self.shared.degraded else 1
 
 
 Route = Callable[[HttpRequest, Responder], Awaitable[None]]

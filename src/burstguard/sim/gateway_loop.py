@@ -6,7 +6,8 @@ part with a virtual clock, through the core's driver protocol (`gateway.events`)
 policy compared here is the policy deployed:
 
 - clients: each arrival is an `Arrive` event at its arrival time; a `Reject` effect is
-  its 429 (with Retry-After) at once;
+  its 429 (with Retry-After) at once (over its tenant's quota: error `quota_exceeded`,
+  the quota being the core's, charged in its own buckets);
 - the gateway: a `Tick` every TICK_S and a `Scrape` of the engine's own gauges (waiting,
   running, KV usage) every `scrape_interval_s` — both wall times of the live gateway,
   so engine_speedup x that here; the core's `Release` effects go straight to the engine
@@ -61,6 +62,7 @@ from burstguard.gateway.events import (
     Reject,
     Release,
     Scrape,
+    Settle,
     Tick,
 )
 from burstguard.gateway.fleet.config import RouterConfig
@@ -71,7 +73,7 @@ from burstguard.sim.heap import EventHeap
 from burstguard.sim.loop import RecordBook, SimResult, engine_prefix, served_prompt
 from burstguard.sim.replicas import ReplicaSet, replica_id
 from burstguard.sim.series import SeriesRecorder
-from burstguard.wire.outcomes import Outcome
+from burstguard.wire.outcomes import Outcome, Reason
 from burstguard.wire.prefix import block_hashes, chat_text
 from burstguard.wire.tokens import CHARS_PER_TOKEN
 from burstguard.workload.prompts import PromptRenderer, chat_content_tokens
@@ -92,6 +94,7 @@ class GatewaySimResult(SimResult):
     reprefill_tokens: int = 0
     routed: dict[str, int] | None = None  # replica -> requests sent to it (failovers incl.)
     scaling: dict[str, Any] | None = None  # `ScalingDriver.summary`, with an autoscaler
+    quota_refused: dict[str, list[int]] | None = None  # tenant -> [requests, tokens] refused
 
 
 def _next_on_grid(t: float, period: float) -> float:
@@ -163,6 +166,7 @@ class _GatewaySim:
         self._clocked = False  # the tick and scrape are scheduled
         self._generation = 0  # bumped when they stop: a stopped one scheduled before drops
         self.arrivals = 0
+        self.quota_refused: dict[str, list[int]] = {}  # tenant -> [requests, tokens]
         self.scaler = (
             None
             if scaling is None
@@ -216,11 +220,20 @@ class _GatewaySim:
         if isinstance(effect, Forget):
             self.replicas.forgotten(effect.backend, now)
             return
+        if isinstance(effect, Settle):  # never: the sim's quotas are the core's own
+            return
         rid = effect.req.id
         rec = self.book.records[rid]
         if isinstance(effect, Reject):
-            self._answered(rec, now, 429, Outcome.REJECTED)
+            quota = effect.reason == Reason.QUOTA
+            self._answered(rec, now, 429, Reason.QUOTA if quota else Outcome.REJECTED)
             rec.retry_after_s = effect.retry_after_s
+            if quota:
+                req = effect.req
+                tenant = req.tenant or self.config.default_tenant
+                refused = self.quota_refused.setdefault(tenant, [0, 0])
+                refused[0] += 1
+                refused[1] += req.prompt_tokens + (req.max_tokens or 0)
         elif isinstance(effect, Preempt):
             self.replicas.engine(self.where[rid]).abort(rid, now)
             self.book.resumed_at[rid] = self.book.produced.get(rid, 0)
@@ -327,6 +340,7 @@ class _GatewaySim:
             routed=dict(self.routed),
             prefix_cache=self.replicas.prefix_cache,
             scaling=None if self.scaler is None else self.scaler.summary(end),
+            quota_refused=self.quota_refused,
         )
 
 
@@ -380,10 +394,51 @@ def gateway_summary(
             "ttft_target_attainment": met,
             "preemptions": stats.preemptions.get(c.name, 0) if stats is not None else 0,
         }
-    return {
+    out = {
         "config": source,
         "classes": classes,
         "rejections": stats.rejections if stats is not None else {},
         "preemptions": sum(stats.preemptions.values()) if stats is not None else 0,
         "reprefill_tokens": result.reprefill_tokens,
     }
+    if (
+        config.quotas.default
+        or config.quotas.tenants
+        or config.quotas.classes
+        or any(k.quota for k in config.api_keys)
+    ):
+        out["quota"] = quota_summary(result, config.default_tenant)
+    return out
+
+
+QUOTA_TENANTS_SHOWN = 20
+
+
+def quota_summary(result: GatewaySimResult, default_tenant: str) -> dict[str, Any]:
+    """The summary's `gateway.quota` block: per tenant, the requests and tokens (prompt +
+    output) admitted and those its quota refused (prompt + max_tokens), the
+    `QUOTA_TENANTS_SHOWN` most refused first; the other tenants summed as `~other`."""
+    rows: dict[str, dict[str, int]] = {}
+
+    def row(tenant: str) -> dict[str, int]:
+        return rows.setdefault(tenant, {"admitted_requests": 0, "admitted_tokens": 0,
+                                        "refused_requests": 0, "refused_tokens": 0})  # fmt: skip
+
+    for r in result.records:
+        if r.ok:
+            mine = row(r.tenant or default_tenant)
+            mine["admitted_requests"] += 1
+            mine["admitted_tokens"] += (r.prompt_tokens or 0) + (r.completion_tokens or 0)
+    for tenant, (n, tokens) in (result.quota_refused or {}).items():
+        mine = row(tenant)
+        mine["refused_requests"] += n
+        mine["refused_tokens"] += tokens
+    order = sorted(rows, key=lambda t: (-rows[t]["refused_tokens"], -rows[t]["admitted_tokens"], t))
+    shown = {t: rows[t] for t in order[:QUOTA_TENANTS_SHOWN]}
+    if len(order) > QUOTA_TENANTS_SHOWN:
+        other = {k: 0 for k in next(iter(rows.values()))}
+        for t in order[QUOTA_TENANTS_SHOWN:]:
+            for k, v in rows[t].items():
+                other[k] += v
+        shown["~other"] = other
+    return {"tenants": shown}

@@ -28,4 +28,5 @@ class Reason(StrEnum):
     DEADLINE = "deadline"  # it could not start before its class's queue deadline
     EVICTED = "evicted"  # a better class's newcomer took its place in a full queue
     NO_BACKEND = "no_backend"  # every backend down longer than max_outage_wait_s
+    QUOTA = "quota_exceeded"  # its tenant (or key) is over its quota (gateway.quota)
     CLIENT_STALLED = "client_stalled"  # cancelled: its client left its answer unread
