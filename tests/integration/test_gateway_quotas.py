@@ -9,14 +9,17 @@ emulator produced.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import aiohttp
 import openai
 import pytest
-from tests.conftest import start_emulator, start_fleet_gateway
+from tests.conftest import BURSTGUARD, start_emulator, start_fleet_gateway
 
 from burstguard.client.retry import (
     RetryableFailure,
@@ -36,6 +39,7 @@ CONFIG = {
             "raw": SLOW,
             "sdk": SLOW,
             "client": SLOW,
+            "bench": SLOW,
             "glacial": {"requests_per_minute": 0.25, "burst_requests": 1},  # 240 s a request
         },
     },
@@ -145,3 +149,21 @@ async def test_burstguards_retry_client_honours_the_quota(gateway: str) -> None:
                 await call_with_retries(glacial, policy)
         assert err.value.should_retry is False and err.value.retry_after_s is not None
         assert math.isfinite(err.value.retry_after_s) and err.value.retry_after_s > 120
+
+
+def test_diagnose_names_the_tenant_a_live_quota_refused(gateway: str, tmp_path: Path) -> None:
+    """bench records each 429's OpenAI error code, so diagnose of a live run names the
+    tenant over quota as it does for a simulated one."""
+    out = tmp_path / "run"
+    res = subprocess.run(
+        [*BURSTGUARD, "bench", "--quiet", "--target", gateway, "--pattern", "constant",
+         "--rate", "4", "--duration", "3", "--tenants", "bench=1", "--prompt-tokens", "16",
+         "--output-tokens", "4", "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    diag = subprocess.run([*BURSTGUARD, "diagnose", str(out), "--json"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert diag.returncode == 0, diag.stderr
+    over = json.loads(diag.stdout)["over_quota"]
+    assert [q["tenant"] for q in over] == ["bench"] and over[0]["refused_requests"] >= 5, over

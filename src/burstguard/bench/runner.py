@@ -209,6 +209,7 @@ class _Run:
         offset = attempt.started - first
         record.status = attempt.status
         record.error = attempt.error
+        record.error_code = attempt.error_code
         record.ttft_s = None if attempt.ttft_s is None else _us((offset + attempt.ttft_s) * k)
         record.e2e_s = None if attempt.e2e_s is None else _us((offset + attempt.e2e_s) * k)
         record.itl_s = [round(x * k, 6) for x in attempt.itl_s]

@@ -49,6 +49,7 @@ class Attempt:
     completion_tokens: int | None = None
     retry_after_s: float | None = None
     detail: str | None = None
+    error_code: str | None = None  # an error answer's OpenAI `error.code`
 
     @property
     def ok(self) -> bool:
@@ -157,6 +158,17 @@ def _error_kind(exc: BaseException) -> str:
     return "stream_broken" if isinstance(exc, Broken | ValueError) else "connection_error"
 
 
+def error_code(body: bytes) -> str | None:
+    """`error.code` of an OpenAI-shaped error body (None for any other body)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    err = data.get("error") if isinstance(data, dict) else None
+    code = err.get("code") if isinstance(err, dict) else None
+    return code if isinstance(code, str) else None
+
+
 async def send(
     client: UpstreamPool,
     path: str,
@@ -178,6 +190,7 @@ async def send(
                 attempt.retry_after_s = parse_retry_after(call.retry_after)
                 body = await call.read()
                 attempt.detail = body[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")
+                attempt.error_code = error_code(body)
                 attempt.e2e_s = time.monotonic() - attempt.started
                 return attempt
             if stream:

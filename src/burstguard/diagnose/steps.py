@@ -77,8 +77,9 @@ QUOTA_ERROR = "quota_exceeded"  # the gateway's 429 code (wire.outcomes.Reason.Q
 def over_quota(run: RunData) -> list[dict[str, Any]]:
     """Tenants whose quota refused requests, most refused first: from the summary's
     `gateway.quota` block (`burstguard sim --gateway`), else from records whose error is
-    `quota_exceeded`. Each names its share of all the run's 429s: when quotas refused
-    them, the gateway did what it was told, and no engine setting will change it."""
+    `quota_exceeded` (sim) or whose 429 said so (bench's `error_code`). Each names its share
+    of all the run's 429s: when quotas refused them, the gateway did what it was told, and
+    no engine setting will change it."""
     gw = run.summary.get("gateway")
     block = gw.get("quota") if isinstance(gw, dict) else None
     refused: dict[str, tuple[int, int]] = {}
@@ -88,7 +89,7 @@ def over_quota(run: RunData) -> list[dict[str, Any]]:
                 refused[tenant] = (int(row["refused_requests"]), int(row.get("refused_tokens", 0)))
     else:
         for rec in run.records:
-            if rec.error == QUOTA_ERROR:
+            if QUOTA_ERROR in (rec.error, rec.error_code):  # sim; bench's 429 body
                 n, t = refused.get(rec.tenant or "default", (0, 0))
                 refused[rec.tenant or "default"] = (n + 1, t + (rec.prompt_tokens or 0))
     shed = sum(1 for r in run.records if r.status == 429)
