@@ -12,6 +12,7 @@ from burstguard.sim.closed import Cycle, Users, simulate_closed
 from burstguard.sim.loop import simulate
 from burstguard.sim.series import KV_USAGE, RUNNING, WAITING
 from burstguard.workload.cycle import BurstCycle, CycleSpec
+from burstguard.workload.spec import RequestSpec, Workload
 from burstguard.workload.synth import PatternSpec, shape_pool, synthesize
 
 H100 = Profile.load("llama3-8b-h100")
@@ -66,3 +67,53 @@ def test_sim_runs_record_the_engine_series() -> None:
     assert 0 < max(series[KV_USAGE]) < 1
     tokens = np.asarray(series["vllm:iteration_tokens_total_sum"])
     assert tokens[-1] == sum(r.prompt_tokens + r.completion_tokens - 1 for r in result.records)
+
+
+@pytest.mark.parametrize("think_s", [0.0, 0.3])
+def test_closed_loop_fast_forward_gives_the_same_results_as_single_steps(think_s: float) -> None:
+    """Closed loop steps on the one replica stepper (`sim.replicas`) with decode
+    fast-forward: runs end at the first finish (it sends the next request), and arrivals
+    during a run's last step wait for it, so every record is the same as step by step."""
+    shapes = shape_pool(PatternSpec(duration_s=40, seed=2, prompt_tokens="lognormal:mean=800,"
+                                    "sigma=0.5", output_tokens="lognormal:mean=150,sigma=0.8"))  # fmt: skip
+    config = EngineConfig(max_num_seqs=48, num_gpu_blocks_override=1500, max_model_len=4096)
+    runs = [
+        simulate_closed(Users(shapes, 64, 40, think_s, 1.0), config, H100, fast_forward=ff)
+        for ff in (False, True)
+    ]
+    cycles = [
+        simulate_closed(Cycle(shapes, BurstCycle(CycleSpec(duration_s=60, seed=5))), config,
+                        H100, fast_forward=ff)  # fmt: skip
+        for ff in (False, True)
+    ]
+    assert runs[0].preemptions > 0  # the KV pool runs short: plans stop where it could
+    for single, fast in (runs, cycles):
+        assert len(single.records) > 100
+        assert fast.records == single.records
+        assert (fast.steps, fast.preemptions, fast.end_s) == (
+            single.steps, single.preemptions, single.end_s,
+        )  # fmt: skip
+
+
+def test_closed_loop_requests_carry_their_prefix_blocks() -> None:
+    """A closed loop's requests reach the engine with their prefix blocks (in the shapes'
+    block size), so prefix caching serves the shared system prompt from cache."""
+    prompt = 2048
+
+    def shapes(shared: bool) -> Workload:
+        specs = [
+            RequestSpec(f"s{i}", 0.0, prompt, 32,
+                        prefix_hashes=(1, 2, 3) if shared else ())  # fmt: skip
+            for i in range(8)
+        ]
+        wl = Workload.from_specs(specs)
+        wl.meta["block_tokens"] = 512  # Mooncake's: 3 blocks = 1536 tokens shared
+        return wl
+
+    config = EngineConfig(enable_prefix_caching=True)
+    ttft = {
+        shared: np.mean([r.ttft_s for r in simulate_closed(
+            Users(shapes(shared), 4, 20), config, H100).records])
+        for shared in (False, True)
+    }  # fmt: skip
+    assert ttft[True] < 0.6 * ttft[False]

@@ -119,9 +119,10 @@ class _GatewaySim:
         self.heap = EventHeap()
         self.fleet = Fleet(gateway.fleet)
         self.gw = GatewayCore(gateway, self.fleet)
-        self.replicas = ReplicaSet(self.heap, engine, profile, self.fleet, self.step_end,
-                                   1.0 / gateway.engine_speedup,
-                                   self.run_end if fast_forward else None)  # fmt: skip
+        self.replicas = ReplicaSet(
+            self.heap, engine, profile, self.step_end, self.run_end if fast_forward else None,
+            fleet=self.fleet, fleet_scale=1.0 / gateway.engine_speedup,
+        )  # fmt: skip
         for i in range(replicas):
             own = None if replica_profiles is None else replica_profiles[i]
             self.replicas.add_replica(replica_id(i), 0.0, own)
