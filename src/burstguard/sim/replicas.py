@@ -40,10 +40,11 @@ compare the records with stepping one at a time.
 
 from __future__ import annotations
 
+import enum
 import math
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 from burstguard.engine.config import EngineConfig
@@ -81,15 +82,25 @@ def replica_id(i: int) -> str:
     return f"http://replica-{i}"
 
 
-@dataclass(slots=True)
+class Health(enum.Enum):
+    """What a replica's process is doing (`sim.faults`)."""
+
+    UP = "up"
+    DOWN = "down"  # killed: its connections reset, new ones are refused
+    STALLED = "stalled"  # alive, but it steps no more: connections stay open, silent
+
+
+@dataclass(slots=True, eq=False)
 class _Replica:
+    id: str
     engine: EngineCore
-    step_end: Callable[[float], None]  # its step-end handler, built once
     on_drained: OnDrained | None = None
     draining: bool = False
     run: list[float] | None = None  # the step ends of a planned decode run, not applied yet
     run_start: float = 0.0
     begin_pending: bool = False  # a BEGIN event is on the heap (`begin_rank`)
+    health: Health = Health.UP
+    step_end: Callable[[float], None] = field(init=False)  # its step-end handler (`_new`)
 
 
 class ReplicaSet:
@@ -143,8 +154,7 @@ class ReplicaSet:
         if r is not None and not r.draining:
             raise ValueError(f"replica {replica_id!r} is already active")
         if r is None:
-            engine = EngineCore(self._engine_cfg, profile or self.profile)
-            self._replicas[replica_id] = _Replica(engine, partial(self._step_end, replica_id))
+            self._new(replica_id, profile or self.profile)
         else:
             r.draining, r.on_drained = False, None
         self._publish(now)
@@ -160,6 +170,48 @@ class ReplicaSet:
         removed = self._publish(now)
         if replica_id in removed:
             self.forgotten(replica_id, now)
+
+    def _new(self, replica_id: str, profile: Profile) -> _Replica:
+        r = _Replica(replica_id, EngineCore(self._engine_cfg, profile))
+        r.step_end = partial(self._step_end, r)
+        self._replicas[replica_id] = r
+        return r
+
+    # -- faults (`sim.faults`): the driver tells the gateway what they mean ---------------
+
+    def health(self, replica_id: str) -> Health:
+        return self._replicas[replica_id].health
+
+    def kill(self, replica_id: str, now: float) -> list[str]:
+        """The replica's process dies at `now` (its step under way is lost); returns the
+        requests it held, which its driver fails."""
+        r = self._replicas[replica_id]
+        self._settle(replica_id, r, now)
+        r.health = Health.DOWN
+        return list(r.engine.requests)
+
+    def stall(self, replica_id: str, now: float) -> list[str]:
+        """The replica steps no more from `now` (its step under way never ends); returns
+        the requests it holds, which wait, as will what is sent to it."""
+        r = self._replicas[replica_id]
+        self._settle(replica_id, r, now)
+        r.health = Health.STALLED
+        return list(r.engine.requests)
+
+    def stalled_engine(self, replica_id: str) -> EngineCore | None:
+        """The engine of a replica that is stalled now (None: up, down or gone)."""
+        r = self._replicas.get(replica_id)
+        return r.engine if r is not None and r.health is Health.STALLED else None
+
+    def restart(self, replica_id: str) -> list[str]:
+        """The replica starts again, empty (a fresh engine of the same profile); returns
+        the requests its stalled process still held (their connections now reset)."""
+        old = self._replicas[replica_id]
+        held = [] if old.health is Health.DOWN else list(old.engine.requests)
+        self.preemptions_of_removed += old.engine.stats.num_preemptions_total
+        new = self._new(replica_id, old.engine.profile)
+        new.draining, new.on_drained = old.draining, old.on_drained
+        return held
 
     def engine(self, replica_id: str) -> EngineCore:
         """The replica's engine, settled at the heap's current time (see the module doc)."""
@@ -198,6 +250,8 @@ class ReplicaSet:
         """Each replica's gauges, as its /metrics would show them."""
         out = []
         for url, r in self._replicas.items():
+            if r.health is not Health.UP:
+                continue  # its scrape fails: the gateway's last state of it ages
             self._settle(url, r, self._heap.now)
             s = r.engine.stats
             out.append((url, BackendState(s.num_waiting, s.num_running, s.kv_cache_usage)))
@@ -208,6 +262,7 @@ class ReplicaSet:
         return all(
             not r.engine.step_in_flight and not r.engine.has_unfinished  # (so has a planned run)
             for r in self._replicas.values()
+            if r.health is Health.UP  # what a failed one holds, the gateway counts in flight
         )
 
     @property
@@ -220,6 +275,8 @@ class ReplicaSet:
         r = self._replicas.get(replica_id)
         if r is None or r.engine.step_in_flight or r.run is not None or r.begin_pending:
             return
+        if r.health is not Health.UP:
+            return
         if self._begin_rank is not None and self._heap.next_time() <= now:
             r.begin_pending = True  # after this instant's other events
             self._heap.at(now, self._begin_rank, partial(self._begin, replica_id))
@@ -231,7 +288,7 @@ class ReplicaSet:
         if r is None:
             return
         r.begin_pending = False
-        if not (r.engine.step_in_flight or r.run is not None):
+        if not (r.engine.step_in_flight or r.run is not None or r.health is not Health.UP):
             self._start(replica_id, r, now)
 
     def _start(self, replica_id: str, r: _Replica, now: float) -> None:
@@ -241,28 +298,31 @@ class ReplicaSet:
             ends = r.engine.plan_decodes(now, until, ff.max_steps, ff.to_first_finish)
             if len(ends) > 1:
                 r.run, r.run_start = ends, now
-                self._heap.at(ends[-1], STEP, partial(self._run_end, replica_id, ends))
+                self._heap.at(ends[-1], STEP, partial(self._run_end, r, ends))
                 return
         end = r.engine.begin_step(now)
         if end is not None:
             self._heap.at(end, STEP, r.step_end)
 
-    def _step_end(self, replica_id: str, now: float) -> None:
-        r = self._replicas.get(replica_id)
-        if r is None:  # removed mid-step (its last request was preempted away)
+    def _gone(self, r: _Replica) -> bool:
+        """True for a replica removed (its last request preempted away mid-step),
+        restarted (a new one took its place) or failed: its pending step never ends."""
+        return self._replicas.get(r.id) is not r or r.health is not Health.UP
+
+    def _step_end(self, r: _Replica, now: float) -> None:
+        if self._gone(r):
             return
         result = r.engine.end_step()
         self.steps += 1
-        self._on_step(replica_id, result, now)
-        self.kick(replica_id, now)
+        self._on_step(r.id, result, now)
+        self.kick(r.id, now)
 
-    def _run_end(self, replica_id: str, ends: list[float], now: float) -> None:
-        r = self._replicas.get(replica_id)
-        if r is None or r.run is not ends:  # settled (cut short) before its end
+    def _run_end(self, r: _Replica, ends: list[float], now: float) -> None:
+        if self._gone(r) or r.run is not ends:  # settled (cut short) before its end
             return
         r.run = None
-        self._apply_run(replica_id, r, ends)
-        self.kick(replica_id, now)
+        self._apply_run(r.id, r, ends)
+        self.kick(r.id, now)
 
     def _apply_run(self, replica_id: str, r: _Replica, ends: list[float]) -> None:
         run = r.engine.apply_decodes(ends)
