@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from burstguard.autoscale import ScalingPolicy
     from burstguard.bench.summary import Slo
     from burstguard.gateway.config import GatewayConfig
+    from burstguard.sim.faults import Fault
     from burstguard.sim.loop import SimResult
     from burstguard.workload.spec import Workload
 
@@ -133,6 +134,15 @@ def sim(
     out: Annotated[
         Path | None, typer.Option("--out", help="--scenario: directory for both legs.")
     ] = None,
+    faults: Annotated[
+        Path | None,
+        typer.Option(
+            "--faults",
+            help="Kill or stall replicas on a schedule (YAML or JSON list of {replica: R, at: "
+            "T, kind: kill|stall, restart_after: D}, engine seconds); needs --gateway or "
+            "--autoscaler.",
+        ),
+    ] = None,
 ) -> None:
     """Simulate one engine (or, with --gateway or --autoscaler, replicas behind the
     gateway's router) on a workload; prints latency percentiles (engine time).
@@ -159,6 +169,8 @@ def sim(
                                  closed)  # fmt: skip
     if replicas > 1 and gateway is None and scaling is None:
         raise UserError("--replicas: needs --gateway CONFIG (the router that spreads them)")
+    fleet = not closed and (gateway is not None or scaling is not None)
+    schedule = () if faults is None else _faults(faults, replicas, fleet)
     if closed:
         result, extra = _closed(setup, shape_spec, concurrency, think_time, ramp_up, burst_cycle)
         return _report(setup, result, shape_spec.duration_s, extra)
@@ -167,7 +179,7 @@ def sim(
     if gateway_config is not None:
         source = str(gateway) if gateway else "default (fleet)"
         result, extra = _fleet(setup, workload, gateway_config, source, replicas, scaling,
-                               autoscaler)  # fmt: skip
+                               autoscaler, schedule)  # fmt: skip
     else:
         from burstguard.sim.loop import simulate
 
@@ -292,6 +304,20 @@ def _progress_of(workload: Workload) -> Callable[[float], None]:
     return sim_progress(float(workload.arrival_s[-1]), len(workload))
 
 
+def _faults(path: Path, replicas: int, fleet: bool) -> tuple[Fault, ...]:
+    """The --faults schedule, checked against the replicas the run starts with."""
+    from burstguard.sim.faults import FaultFileError, check_replicas, load_faults
+
+    if not fleet:
+        raise UserError("--faults needs a fleet: --gateway CONFIG or --autoscaler, open loop")
+    try:
+        schedule = load_faults(path)
+        check_replicas(schedule, replicas, str(path))
+    except FaultFileError as exc:
+        raise UserError(f"--faults: {exc}") from None
+    return schedule
+
+
 def _gateway_config(gateway: Path | None, scaling: ScalingPolicy | None) -> GatewayConfig | None:
     """The gateway in front of the replicas: --gateway's, the default one in front of an
     autoscaled fleet, or none (one engine, straight)."""
@@ -310,12 +336,15 @@ def _fleet(
     replicas: int,
     scaling: ScalingPolicy | None,
     autoscaler: str | None,
+    faults: tuple[Fault, ...],
 ) -> tuple[SimResult, dict[str, Any]]:
-    """Open loop through the gateway core into `replicas` replicas (or an autoscaled fleet)."""
+    """Open loop through the gateway core into `replicas` replicas (or an autoscaled fleet),
+    with `faults` on their schedule."""
     from burstguard.sim.gateway_loop import gateway_summary, simulate_gateway
 
     res = simulate_gateway(workload, setup.engine, setup.profile, config, replicas,
-                           scaling=scaling, progress=_progress_of(workload))  # fmt: skip
+                           scaling=scaling, progress=_progress_of(workload),
+                           faults=faults)  # fmt: skip
     block = gateway_summary(res, config, source=source)
     block["routed"] = res.routed
     extra: dict[str, Any] = {"gateway": block}
@@ -325,6 +354,12 @@ def _fleet(
         extra["autoscaler"] = {"policy": autoscaler, "kind": scaling.kind}
     else:
         extra["replica_seconds"] = replicas * res.end_s
+    if faults:
+        extra["faults"] = {
+            "schedule": [{"replica": f.replica, "at": f.at_s, "kind": str(f.kind),
+                          "restart_after": f.restart_after_s} for f in faults],
+            "failovers": res.failovers,
+        }  # fmt: skip
     return res, extra
 
 
@@ -352,6 +387,11 @@ def _report(setup: _Setup, result: SimResult, duration: float, extra: dict[str, 
     )
     if "scale_events" in summary:
         print(scaling_line(summary))
+    if "faults" in summary:
+        outcomes = summary["faults"]["failovers"] or {}
+        answers = ", ".join(f"{k} {n}" for k, n in outcomes.items()) or "none"
+        print(f"faults: {len(summary['faults']['schedule'])}; the fleet's answers to backend "
+              f"failures: {answers}")  # fmt: skip
     if "gateway" in summary:
         print(class_table(summary))
         routed = summary["gateway"]["routed"] or {}

@@ -52,7 +52,10 @@ def load_faults(path: Path) -> tuple[Fault, ...]:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise FaultFileError(f"{path}: neither YAML nor JSON ({exc})") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = "" if mark is None else f" at line {mark.line + 1}"
+        problem = getattr(exc, "problem", None) or "unreadable"
+        raise FaultFileError(f"{path}: neither YAML nor JSON ({problem}{where})") from None
     return parse_faults(doc, str(path))
 
 
