@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -17,7 +17,6 @@ from burstguard.engine.options import engine_options
 from burstguard.engine.profile import Profile
 from burstguard.errors import UserError, check_writable
 from burstguard.sim.defaults import MAX_REPLICAS, fleet_gateway
-from burstguard.workload import seed
 from burstguard.workload.options import TraceFileOption, TraceFormatOption, pattern_options
 from burstguard.workload.synth import PatternSpec
 
@@ -128,7 +127,8 @@ def sim(
         str | None,
         typer.Option(
             "--scenario",
-            help="steady-vs-burst: --concurrency users (32), then the seed's bursts at their rate.",
+            help="steady-vs-burst: --concurrency users (32), or Poisson at --pattern's --rate, "
+            "then the seed's bursts at the rate the steady leg measured (as bench).",
         ),
     ] = None,
     out: Annotated[
@@ -153,11 +153,11 @@ def sim(
     if scenario is not None:
         if scenario != "steady-vs-burst" or out is None:
             raise UserError("--scenario steady-vs-burst needs --out DIR")
-        if trace is not None or pattern_spec is not None or burst_cycle or gateway is not None:
-            raise UserError("--scenario makes its own legs: no --trace/--pattern/--burst-cycle")
+        if trace is not None or burst_cycle or gateway is not None:
+            raise UserError("--scenario makes its own legs: no --trace/--burst-cycle/--gateway")
         setup = _Setup(profile, engine_config, _slo(slo), None, None)
-        users = concurrency or seed.STEADY_USERS
-        return _scenario(setup, out, shape_spec, users, think_time, ramp_up)
+        rate = pattern_spec.rate if pattern_spec is not None else None
+        return _scenario(setup, out, shape_spec, rate, concurrency, think_time, ramp_up)
     closed = concurrency is not None or burst_cycle
     _check_load(trace, pattern_spec, concurrency, burst_cycle, think_time, ramp_up)
     if closed and gateway is not None:
@@ -404,12 +404,13 @@ def _scenario(
     setup: _Setup,
     out: Path,
     shape_spec: PatternSpec,
-    users: int,
+    rate: float | None,
+    users: int | None,
     think_time: float,
     ramp_up: float | None,
 ) -> None:
-    """The seed's steady leg (closed loop) and burst leg (its pattern at the steady leg's
-    measured rate) in virtual time, written as bench writes them, and compare's verdict."""
+    """The steady and burst legs of `workload.scenario` (the rule bench follows too) in
+    virtual time, written as bench writes them, and compare's verdict."""
     import json
 
     from burstguard.bench.compare import compare
@@ -418,22 +419,27 @@ def _scenario(
     from burstguard.report.cli import exit_on
     from burstguard.report.table import print_verdict
     from burstguard.sim.loop import simulate
-    from burstguard.workload.synth import synthesize
+    from burstguard.workload.scenario import burst_leg, matched_rate, steady_leg
 
-    duration = shape_spec.duration_s
-    steady_result, extra = _closed(setup, shape_spec, users, think_time, ramp_up, False)
-    steady = setup.summary(steady_result, duration, extra)
-    rate = steady["requests"] / duration
-    burst_wl = synthesize(replace(shape_spec, pattern="burst", rate=rate))
-    burst_result = simulate(burst_wl, setup.engine, setup.profile)
-    burst = setup.summary(burst_result, duration, {"mode": "open"})
-    for leg, summary, result in (("steady", steady, steady_result),
-                                 ("burst", burst, burst_result)):  # fmt: skip
-        write_summary(out / leg / "summary.json", summary)
-        write_records(out / leg / "records.jsonl", result.records)
+    leg = steady_leg(shape_spec, rate, users)
+    if leg.users is None:
+        steady_result = simulate(leg.workload, setup.engine, setup.profile)
+        extra: dict[str, Any] = {"mode": "open"}
+    else:
+        steady_result, extra = _users(setup, leg.workload, leg.users, leg.duration_s,
+                                      think_time, ramp_up)  # fmt: skip
+    steady = setup.summary(steady_result, leg.duration_s, extra)
+    matched = matched_rate(steady)
+    burst_result = simulate(burst_leg(shape_spec, matched), setup.engine, setup.profile)
+    burst = setup.summary(burst_result, shape_spec.duration_s, {"mode": "open"})
+    for name, summary, result in (("steady", steady, steady_result),
+                                  ("burst", burst, burst_result)):  # fmt: skip
+        write_summary(out / name / "summary.json", summary)
+        write_records(out / name / "records.jsonl", result.records)
     verdict = compare(steady, burst, legs={"steady": "steady", "burst": "burst"})
     (out / "verdict.json").write_text(json.dumps(verdict.to_dict(), indent=2) + "\n")
-    print_verdict(verdict, title=f"sim: {users} users vs seed bursts at {rate:.2f} req/s")
+    steady_name = f"{leg.users} users" if leg.users else f"Poisson at {rate:g} req/s"
+    print_verdict(verdict, title=f"sim: {steady_name} vs seed bursts at {matched:.2f} req/s")
     print(f"legs in {out}/steady and {out}/burst, verdict in {out}/verdict.json")
     exit_on(verdict)
 
@@ -447,13 +453,12 @@ def _closed(
     burst_cycle: bool,
 ) -> tuple[SimResult, dict[str, Any]]:
     """A closed-loop run (users or the burst cycle) and its summary keys."""
-    from burstguard.sim.closed import Client, Cycle, Users, simulate_closed
+    from burstguard.sim.closed import Cycle, simulate_closed
     from burstguard.workload.cycle import BurstCycle, CycleSpec
     from burstguard.workload.synth import shape_pool
 
     shapes = shape_pool(shape_spec)
     duration = shape_spec.duration_s
-    client: Client
     if burst_cycle:
         if shape_spec.rate is not None:
             raise UserError("--rate does not apply to --burst-cycle (set --burst-size, --idle)")
@@ -462,14 +467,28 @@ def _closed(
         except ValueError as exc:
             raise UserError(f"--burst-cycle: {exc}") from None
         cycle = BurstCycle(spec)
-        client = Cycle(shapes, cycle)
-        result = simulate_closed(client, setup.engine, setup.profile)
+        result = simulate_closed(Cycle(shapes, cycle), setup.engine, setup.profile)
         return result, {"mode": "cycle", "cycle": cycle.log}
     assert concurrency is not None
+    return _users(setup, shapes, concurrency, duration, think_time, ramp_up)
+
+
+def _users(
+    setup: _Setup,
+    shapes: Workload,
+    users: int,
+    duration: float,
+    think_time: float,
+    ramp_up: float | None,
+) -> tuple[SimResult, dict[str, Any]]:
+    """`users` closed-loop users over `shapes` for `duration` (starts spread over the
+    ramp-up, default a tenth of it, at most 10 s, as bench does)."""
+    from burstguard.sim.closed import Users, simulate_closed
+
     ramp = min(10.0, duration / 10) if ramp_up is None else ramp_up
-    client = Users(shapes, concurrency, duration, think_time, ramp)
+    client = Users(shapes, users, duration, think_time, ramp)
     result = simulate_closed(client, setup.engine, setup.profile)
-    return result, {"mode": "closed", "concurrency": concurrency}
+    return result, {"mode": "closed", "concurrency": users}
 
 
 PROGRESS_WALL_S = 2.0  # a line on stderr this often, once a run has lasted this long
