@@ -79,16 +79,19 @@ def test_closed_loop_fast_forward_gives_the_same_results_as_single_steps(
     fast-forward: runs end at the first finish (it sends the next request), and arrivals
     during a run's last step wait for it, so every record is the same as step by step
     (fewer users than slots: runs with nothing waiting; a small KV pool: preemptions)."""
-    shapes = shape_pool(PatternSpec(duration_s=40, seed=2, prompt_tokens="lognormal:mean=800,"
-                                    "sigma=0.5", output_tokens="lognormal:mean=150,sigma=0.8"))  # fmt: skip
+    shape = PatternSpec(
+        duration_s=40, seed=2, prompt_tokens="lognormal:mean=800,sigma=0.5",
+        output_tokens="lognormal:mean=150,sigma=0.8",
+    )  # fmt: skip
+    shapes = shape_pool(shape)
     config = EngineConfig(max_num_seqs=48, num_gpu_blocks_override=blocks, max_model_len=4096)
     runs = [
         simulate_closed(Users(shapes, users, 40, think_s, 1.0), config, H100, fast_forward=ff)
         for ff in (False, True)
     ]
+    cycle = CycleSpec(duration_s=60, seed=5)
     cycles = [
-        simulate_closed(Cycle(shapes, BurstCycle(CycleSpec(duration_s=60, seed=5))), config,
-                        H100, fast_forward=ff)  # fmt: skip
+        simulate_closed(Cycle(shapes, BurstCycle(cycle)), config, H100, fast_forward=ff)
         for ff in (False, True)
     ]
     assert (runs[0].preemptions > 0) == (blocks is not None)
@@ -106,19 +109,15 @@ def test_closed_loop_requests_carry_their_prefix_blocks() -> None:
     prompt = 2048
 
     def shapes(shared: bool) -> Workload:
-        specs = [
-            RequestSpec(f"s{i}", 0.0, prompt, 32,
-                        prefix_hashes=(1, 2, 3) if shared else ())  # fmt: skip
-            for i in range(8)
-        ]
+        blocks = (1, 2, 3) if shared else ()
+        specs = [RequestSpec(f"s{i}", 0.0, prompt, 32, prefix_hashes=blocks) for i in range(8)]
         wl = Workload.from_specs(specs)
         wl.meta["block_tokens"] = 512  # Mooncake's: 3 blocks = 1536 tokens shared
         return wl
 
     config = EngineConfig(enable_prefix_caching=True)
-    ttft = {
-        shared: np.mean([r.ttft_s for r in simulate_closed(
-            Users(shapes(shared), 4, 20), config, H100).records])
-        for shared in (False, True)
-    }  # fmt: skip
+    ttft = {}
+    for shared in (False, True):
+        records = simulate_closed(Users(shapes(shared), 4, 20), config, H100).records
+        ttft[shared] = np.mean([r.ttft_s for r in records])
     assert ttft[True] < 0.6 * ttft[False]
