@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
 from burstguard.wire.tokens import TextCounter, count_tokens
 
 AUTO = "auto"
@@ -52,7 +52,7 @@ def load_tokenizer(path: Path) -> PromptCounter:
     try:
         tokenizer = Tokenizer.from_file(str(file))
     except Exception as exc:  # the library raises a bare Exception for a bad file
-        raise UserError(f"tokenizer {path}: cannot load a tokenizer.json ({exc})") from None
+        raise ConfigError(f"tokenizer {path}: cannot load a tokenizer.json ({exc})") from None
 
     def count(text: str) -> int:
         return len(tokenizer.encode(text, add_special_tokens=False).ids)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from burstguard.errors import UserError
+from burstguard.errors import BurstguardError
 from burstguard.tokenizer import ESTIMATED, load_tokenizer, prompt_counter
 from burstguard.wire.tokens import count_chat_tokens, count_tokens, filler_text
 from burstguard.workload import seed
@@ -45,5 +45,5 @@ def test_a_bad_tokenizer_path_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "tokenizer.json"
     bad.write_text("{not json")
     for path in (bad, tmp_path / "missing.json"):
-        with pytest.raises(UserError, match=r"cannot load a tokenizer\.json"):
+        with pytest.raises(BurstguardError, match=r"cannot load a tokenizer\.json"):
             prompt_counter(str(path), None)

@@ -134,6 +134,15 @@ def bench(
             panel=_CLIENT,
         ),
     ] = None,
+    shard: Annotated[
+        str | None,
+        _opt(
+            "--shard",
+            help="K/N: send shard K (0-based) of N of the one schedule, from N machines "
+            "with one --start-at; report and compare merge a directory of shard runs",
+            panel=_CLIENT,
+        ),
+    ] = None,
 ) -> None:
     """Send bursty or steady load and measure TTFT/TPOT/ITL/E2E per request.
 
@@ -161,6 +170,12 @@ def bench(
         raise UserError("--burst-cycle runs in one process (each burst waits for the whole "
                         "previous one): drop --workers")  # fmt: skip
     check_start_at(start_at)
+    machine_shard = parse_shard(shard)
+    if machine_shard[1] > 1 and (start_at is None or burst_cycle or scenario is not None):
+        raise UserError(
+            "--shard: the N machines need one time zero (--start-at T), and it splits one "
+            "open or closed loop (not --burst-cycle or --scenario)"
+        )
     if (ramp_up or 0.0) < 0 or think_time < 0:
         raise UserError("--ramp-up and --think-time must be >= 0")
     chosen = sum(x is not None for x in (pattern_spec, workload_file, concurrency))
@@ -201,7 +216,7 @@ def bench(
         duration_s=None if workload_file else shape_spec.duration_s,  # a trace runs to its end
         scrape_url=metrics_url or (f"{base}/metrics" if scrape_metrics else None),
         slo=slo_target, seed=shape_spec.seed, cycle=_cycle(shape_spec) if burst_cycle else None,
-        workers=workers, start_at=start_at,
+        workers=workers, start_at=start_at, shard=machine_shard,
     )  # fmt: skip
     if scenario == "steady-vs-burst":
         from burstguard.report.cli import exit_on
@@ -229,6 +244,19 @@ def bench(
     if summary["interrupted"]:
         print("interrupted: the summary covers the requests that were sent")
         raise typer.Exit(code=130)
+
+
+def parse_shard(text: str | None) -> tuple[int, int]:
+    """`K/N` -> (K, N), 0 <= K < N <= 1024; None -> (0, 1), the whole schedule."""
+    if text is None:
+        return 0, 1
+    k, sep, n = text.partition("/")
+    if not (sep and k.strip().isdigit() and n.strip().isdigit()):
+        raise UserError(f"--shard {text!r}: expected K/N, e.g. 0/4")
+    shard = int(k), int(n)
+    if not 0 <= shard[0] < shard[1] <= 1024:
+        raise UserError(f"--shard {text!r}: K must be 0..N-1 and N at most 1024")
+    return shard
 
 
 def _check_out(out: Path, force: bool) -> None:
@@ -278,8 +306,8 @@ def _cycle(shape_spec: PatternSpec) -> Any:
 
 
 def _one_leg(config: Any, workload: Any, quiet: bool) -> dict[str, Any]:
+    from burstguard.bench.leg import run_bench
     from burstguard.bench.progress import make_reporter
-    from burstguard.bench.runner import run_bench
 
     return run_bench(config, workload, make_reporter(config.label, quiet))
 

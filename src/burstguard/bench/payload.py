@@ -4,7 +4,10 @@ Prompts are `workload.prompts`: a request's prefix blocks as shared text, its re
 then filler (4 characters per token), so the emulator counts exactly the requested prompt
 tokens and an engine's prefix cache serves exactly the blocks requests share in the
 workload. A prompt file replaces them (its lines or JSONL `prompt` fields, used in turn).
-Labels travel as headers the gateway reads (`x-burstguard-class`, `x-burstguard-tenant`)
+Labels travel as headers the gateway reads (`x-burstguard-class`, `x-burstguard-tenant`),
+the tenant also as the fairness id and the run's SLO as the objectives that Endpoint
+Pickers read (`wire.headers`: `x-llm-d-inference-fairness-id`, `x-slo-ttft-ms`,
+`x-slo-tpot-ms`),
 and, with `send_priority`, as vLLM's `priority` field (interactive 0, standard 1, batch 2) —
 off by default because vLLM rejects a non-zero priority unless it runs
 `--scheduling-policy priority`.
@@ -17,14 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from burstguard.errors import UserError
+from burstguard.errors import FileError
+from burstguard.wire import headers as wire_headers
 from burstguard.wire.prefix import BLOCK_TOKENS
 from burstguard.workload.prompts import PromptRenderer, chat_content_tokens
 from burstguard.workload.spec import RequestSpec, priority_of
 
 Api = Literal["chat", "completions"]
-CLASS_HEADER = "x-burstguard-class"
-TENANT_HEADER = "x-burstguard-tenant"
+CLASS_HEADER = wire_headers.CLASS
+TENANT_HEADER = wire_headers.TENANT
 API_PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
 
@@ -33,24 +37,24 @@ def load_prompt_file(path: Path) -> list[str]:
     try:
         lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
     except OSError as exc:
-        raise UserError(f"--prompt-file {path}: {exc.strerror or exc}") from None
+        raise FileError(f"--prompt-file {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
-        raise UserError(f"--prompt-file {path}: not UTF-8 text") from None
+        raise FileError(f"--prompt-file {path}: not UTF-8 text") from None
     prompts: list[str] = []
     for lineno, line in enumerate(lines, 1):
         if line.lstrip().startswith("{"):
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{lineno}: bad JSON: {exc.msg}") from None
+                raise FileError(f"{path}:{lineno}: bad JSON: {exc.msg}") from None
             text = obj.get("prompt", obj.get("text")) if isinstance(obj, dict) else None
             if not isinstance(text, str):
-                raise UserError(f"{path}:{lineno}: expected a string `prompt` field")
+                raise FileError(f"{path}:{lineno}: expected a string `prompt` field")
             prompts.append(text)
         else:
             prompts.append(line)
     if not prompts:
-        raise UserError(f"--prompt-file {path}: no prompts in it")
+        raise FileError(f"--prompt-file {path}: no prompts in it")
     return prompts
 
 
@@ -65,6 +69,7 @@ class PayloadBuilder:
     send_priority: bool = False
     prompts: list[str] | None = None
     prefix_block_tokens: int = BLOCK_TOKENS
+    slo_ms: tuple[float, float] | None = None  # (TTFT, TPOT) sent as x-slo-*-ms headers
     _renderer: PromptRenderer | None = None
 
     def _text(self, spec: RequestSpec, index: int, tokens: int) -> str:
@@ -95,6 +100,9 @@ class PayloadBuilder:
         if spec.priority_class is not None:
             headers[CLASS_HEADER] = str(spec.priority_class)
         if spec.tenant is not None:
-            headers[TENANT_HEADER] = str(spec.tenant)
+            headers[TENANT_HEADER] = headers[wire_headers.FAIRNESS_ID] = str(spec.tenant)
+        if self.slo_ms is not None:
+            headers[wire_headers.SLO_TTFT_MS] = f"{self.slo_ms[0]:g}"
+            headers[wire_headers.SLO_TPOT_MS] = f"{self.slo_ms[1]:g}"
         data = json.dumps(self.body(spec, index), separators=(",", ":")).encode()
         return API_PATHS[self.api], data, headers

@@ -7,10 +7,10 @@ classified into the record's error kinds instead of raised.
 
 The HTTP client is the gateway's (`burstguard.http.client.UpstreamPool`: keep-alive
 connections, httptools parsing): each socket read's body bytes are parsed for SSE events in
-the same call that read them, with no stream reader and no task wake-up per token. In an A/B run
-against the aiohttp client (same emulator, same load, 150 req/s of 16-token streams) that
-took the CPU per request from 0.77-1.03 ms to 0.56-0.66 ms on a busy 2-core machine; CPU
-per request is what bounds the open-loop rate one process sustains (docs/bench.md).
+the same call that read them, with no stream reader and no task wake-up per token: CPU per
+request is what bounds the open-loop rate one process sustains, and this path costs less of
+it than a general-purpose client (the A/B against aiohttp: docs/bench.md, "The client's own
+limits").
 """
 
 from __future__ import annotations

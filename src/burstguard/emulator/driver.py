@@ -3,8 +3,8 @@
 Engine time runs `speedup` times faster than wall time. One loop task runs steps back to
 back: begin_step -> sleep until the step's end in wall time -> end_step -> deliver tokens
 to per-request queues. Engine time is pegged to the steps' own end times while the engine
-is busy, so timer overshoot (asyncio sleeps have ~1 ms resolution, a decode step at 20x is
-~0.3 ms of wall time) does not stretch steps: a late wake-up is caught up by running the
+is busy, so timer overshoot (an asyncio sleep's resolution is coarser than a decode step's
+wall time at a high speedup) does not stretch steps: a late wake-up is caught up by running the
 next step without sleeping. Arrivals and aborts are queued and applied between steps, so
 the core only ever sees events at times no earlier than its last step, as in the simulator.
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
 
 SchedulingPolicy = Literal["fcfs", "priority"]
 SCHEDULING_POLICIES: tuple[str, ...] = ("fcfs", "priority")
 
 
-class EngineConfigError(UserError, ValueError):
+class EngineConfigError(ConfigError, ValueError):
     """An engine setting vLLM would refuse; the message names the flag and the fix."""
 
 

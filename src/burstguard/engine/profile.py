@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from burstguard.engine.config import EngineConfig, EngineConfigError
 from burstguard.engine.machine import CpuInfo, this_cpu
 from burstguard.engine.perf_model import BatchShape, FittedModel, PerfModel, RooflineModel
-from burstguard.errors import UserError
+from burstguard.errors import BurstguardError, ConfigError
 
 PROFILE_SCHEMA = "burstguard.profile/1"
 PROFILES_DIR = Path(__file__).parent / "profiles"
@@ -156,7 +156,7 @@ class Profile:
 
     @classmethod
     def load(cls, name_or_path: str | Path) -> Profile:
-        """A built-in profile by name, or a YAML file by path. Raises UserError."""
+        """A built-in profile by name, or a YAML file by path. Raises ConfigError."""
         path = _resolve(str(name_or_path))
         return cls(_parse(path), path)
 
@@ -278,7 +278,7 @@ def _calibrated_here(name: str) -> Path | None:
         return None
     try:
         fitted = _parse(path.resolve()).fitted
-    except UserError:
+    except BurstguardError:
         return None
     machine = fitted.machine if fitted is not None else None
     here = machine is not None and machine.cpu_fingerprint == this_cpu().fingerprint
@@ -289,11 +289,11 @@ def _resolve(name_or_path: str) -> Path:
     candidate = Path(name_or_path).expanduser()
     if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
         if not candidate.is_file():
-            raise UserError(f"profile file {candidate} not found")
+            raise ConfigError(f"profile file {candidate} not found")
         return candidate.resolve()
     builtin = PROFILES_DIR / f"{name_or_path}.yaml"
     if not builtin.is_file():
-        raise UserError(
+        raise ConfigError(
             f"unknown profile {name_or_path!r}; built-in profiles: "
             f"{', '.join(list_profiles())} (or pass a path to a profile YAML file)"
         )
@@ -305,12 +305,12 @@ def _parse(path: Path) -> ProfileFile:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise UserError(f"profile {path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"profile {path}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
-        raise UserError(f"profile {path}: expected a mapping at the top level")
+        raise ConfigError(f"profile {path}: expected a mapping at the top level")
     try:
         return ProfileFile.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise UserError(f"profile {path}: {where}: {first['msg']}") from None
+        raise ConfigError(f"profile {path}: {where}: {first['msg']}") from None

@@ -2,7 +2,7 @@
 
 Everything a policy decision depends on lives here, so the same file gives the same
 decisions live and in `burstguard sim --gateway`. Validation errors name the bad field
-(`admission.max_queue_requests: ...`) and are raised as `UserError`.
+(`admission.max_queue_requests: ...`) and are raised as `ConfigError`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from burstguard.errors import UserError, describe_validation_error
-from burstguard.gateway.fleet.config import FleetConfig, check_backend_urls
+from burstguard.errors import BurstguardError, ConfigError, describe_validation_error
+from burstguard.gateway.fleet.config import BackendOptions, FleetConfig, check_backend_urls
+from burstguard.wire import headers
 
 if TYPE_CHECKING:
     from burstguard.autoscale.config import ScalingPolicy
@@ -26,30 +27,11 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class BackendConfig(_Strict):
-    """One upstream engine (vLLM, SGLang, llama.cpp or the emulator)."""
+class BackendConfig(BackendOptions):
+    """One upstream engine (vLLM, SGLang, llama.cpp or the emulator) listed by URL."""
 
     url: str = Field(min_length=1, description="base URL, e.g. http://127.0.0.1:8000")
     metrics_url: str | None = Field(None, description="Prometheus /metrics (None: url/metrics)")
-    tokenizer: str = Field(
-        "auto", min_length=1, description="prompt token counting: auto (a request for the "
-        "reference model: its tokenizer where installed; else the estimate), estimate, or a "
-        "tokenizer.json path",
-    )  # fmt: skip
-    connect_timeout_s: float = Field(5.0, gt=0, description="TCP connect timeout")
-    read_timeout_s: float = Field(
-        600.0, gt=0, description="longest silence from the backend (headers or between chunks)"
-    )
-    forward_priority: bool = Field(
-        False,
-        description="send the class rank as vLLM's `priority` (the engine must run "
-        "--scheduling-policy priority: vLLM refuses a non-zero priority otherwise)",
-    )
-    resume: bool = Field(
-        False,
-        description="the backend continues a text it is given (vLLM, the emulator: completions "
-        "prompt + text so far, chat `continue_final_message`): the gateway may preempt",
-    )
 
 
 class ApiKeyConfig(_Strict):
@@ -247,7 +229,7 @@ class AutoscalerConfig(_Strict):
                 max_replicas=self.max_replicas,
                 cold_start_s=self.cold_start_s,
             )
-        except UserError as exc:
+        except BurstguardError as exc:
             raise ValueError(str(exc)) from None
 
 
@@ -275,8 +257,8 @@ class GatewayConfig(_Strict):
     backends: tuple[BackendConfig, ...] = ()
     api_keys: tuple[ApiKeyConfig, ...] = ()
     max_body_bytes: int = Field(1 << 20, ge=1024)
-    class_header: str = "x-burstguard-class"
-    tenant_header: str = "x-burstguard-tenant"
+    class_header: str = headers.CLASS
+    tenant_header: str = headers.TENANT
     default_class: str = "standard"
     default_tenant: str = "default"
     scrape_interval_s: float = Field(0.25, gt=0, description="wall seconds between scrapes")
@@ -332,35 +314,50 @@ class GatewayConfig(_Strict):
         return check_backend_urls([b.url for b in self.backends], "backends")
 
     def backend_config(self, url: str) -> BackendConfig:
-        """The static entry for `url`; a discovered backend gets the first entry's settings
-        (or the defaults) with its own URL."""
+        """The settings of backend `url`, the one place they are read from: its static
+        entry; for any other (discovered, or a simulated replica) `fleet.discovery.options`,
+        else the first entry's settings, else the defaults, with its own URL."""
         for b, norm in zip(self.backends, self.backend_urls(), strict=True):
             if norm == url:
                 return b
+        options = self.fleet.discovery.options
+        if options is not None:
+            return BackendConfig(url=url, **options.model_dump())
         base = self.backends[0] if self.backends else BackendConfig(url=url)
         return base.model_copy(update={"url": url, "metrics_url": None})
 
+    @property
+    def prompt_tokenizer(self) -> str:
+        """How prompts are counted: before routing, so one way for the whole fleet — the
+        first static backend's tokenizer, else the discovered backends' one."""
+        if self.backends:
+            return self.backends[0].tokenizer
+        return self.backend_config("http://discovered").tokenizer
+
     def class_by_name(self, name: str | None) -> ClassConfig:
-        """The class called `name`, or the default class for unknown or missing names."""
+        """The class called `name` (None: the default class). Requests reach the core
+        classified (`gateway.classify`), so an unknown name is a ValueError, never
+        silently the default."""
+        wanted = self.default_class if name is None else name
         for c in self.classes:
-            if c.name == name:
+            if c.name == wanted:
                 return c
-        return next(c for c in self.classes if c.name == self.default_class)
+        raise ValueError(f"class {name!r} is not configured (classify requests first)")
 
     @classmethod
     def load(cls, path: str | Path) -> GatewayConfig:
-        """Reads and validates a YAML file; any problem is a UserError naming the field."""
+        """Reads and validates a YAML file; any problem is a ConfigError naming the field."""
         path = Path(path)
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
         except OSError as exc:
-            raise UserError(f"{path}: cannot read the gateway config ({exc.strerror})") from exc
+            raise ConfigError(f"{path}: cannot read the gateway config ({exc.strerror})") from exc
         except yaml.YAMLError as exc:
-            raise UserError(f"{path}: not valid YAML: {exc}") from exc
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
         if data is None:
             data = {}
         if not isinstance(data, dict):
-            raise UserError(f"{path}: the gateway config must be a mapping of fields")
+            raise ConfigError(f"{path}: the gateway config must be a mapping of fields")
         return cls.from_dict(data, source=str(path))
 
     @classmethod
@@ -368,9 +365,9 @@ class GatewayConfig(_Strict):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise UserError(f"{source}: {describe_validation_error(exc)}") from exc
-        except UserError as exc:  # a backend check inside a validator
-            raise UserError(f"{source}: {exc}") from exc
+            raise ConfigError(f"{source}: {describe_validation_error(exc)}") from exc
+        except BurstguardError as exc:  # a backend check inside a validator
+            raise ConfigError(f"{source}: {exc}") from exc
 
 
 def load(path: str | Path) -> GatewayConfig:

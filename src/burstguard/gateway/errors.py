@@ -17,6 +17,7 @@ import orjson
 from burstguard.gateway.failure import Failure
 from burstguard.http.client import Unreachable, UpstreamError, UpstreamTimeout
 from burstguard.http.server import Header, Responder
+from burstguard.wire.outcomes import Reason
 
 log = logging.getLogger("burstguard.gateway")
 
@@ -48,20 +49,18 @@ def retry_after_header(seconds: float | None) -> str:
 
 
 SHED_MESSAGES = {
-    "queue_full": "the gateway queue is full",
-    "deadline": "the {cls} queue cannot start this request before its deadline",
-    "evicted": "shed from the gateway queue to make room for higher-priority requests",
-    "no_backend": "no backend has been healthy for a while (all are down)",
+    Reason.QUEUE_FULL: "the gateway queue is full",
+    Reason.DEADLINE: "the {cls} queue cannot start this request before its deadline",
+    Reason.EVICTED: "shed from the gateway queue to make room for higher-priority requests",
+    Reason.NO_BACKEND: "no backend has been healthy for a while (all are down)",
 }
 
 
-def send_shed(
-    resp: Responder, cls: str, reason: str | None, retry_s: float | None, rid: str
-) -> int:
+def send_shed(resp: Responder, cls: str, reason: Reason, retry_s: float | None, rid: str) -> int:
     """429 with Retry-After (wall seconds) for a request the core shed; returns the
     Retry-After sent, in seconds."""
     header = retry_after_header(retry_s)
-    msg = SHED_MESSAGES.get(reason or "", "overloaded").format(cls=cls)
+    msg = SHED_MESSAGES[reason].format(cls=cls)
     send_error(resp, 429, f"{msg}; retry after {header} s", "rate_limit_exceeded", reason,
                (("retry-after", header), ("x-request-id", rid)))  # fmt: skip
     return int(header)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from burstguard.gateway.request import BackendState, GatewayRequest
+from burstguard.wire.outcomes import Reason
 
 # -- events: what happened ----------------------------------------------------------------
 
@@ -31,11 +32,10 @@ class Tick:
 
 @dataclass(frozen=True, slots=True)
 class Scrape:
-    """A backend's metrics were read (`backend`: its URL; None: the only backend of a
-    core without a fleet)."""
+    """`backend`'s metrics were read (`backend`: its URL, the fleet's name for it)."""
 
     state: BackendState
-    backend: str | None = None
+    backend: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,15 +108,15 @@ Event = (
 
 @dataclass(frozen=True, slots=True)
 class Release:
-    """Send the request to `backend` now (the router's pick; None: a core without a fleet,
-    the only backend). `priority`: vLLM's `priority` field to set (None: leave it out).
+    """Send the request to `backend` now (the router's pick). `priority`: vLLM's `priority`
+    field to set (None: leave it out; set only for a backend that forwards it).
     `resumed`: it was preempted (or its backend failed after its first token) before;
     continue it where the client is. `failover`: a resend after its backend failed."""
 
     req: GatewayRequest
+    backend: str
     priority: int | None = None
     resumed: bool = False
-    backend: str | None = None
     failover: bool = False
 
 
@@ -127,7 +127,7 @@ class Reject:
     backend down longer than `fleet.health.max_outage_wait_s`)."""
 
     req: GatewayRequest
-    reason: str
+    reason: Reason
     retry_after_s: float
 
 

@@ -19,10 +19,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from burstguard.client.retry import RETRY_COUNT_HEADER
+from burstguard.wire.outcomes import Outcome
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-OUTCOMES = ("completed", "rejected", "cancelled", "failed")
-"""Every accepted or refused request ends in exactly one of these."""
 
 _WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 _LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -314,9 +313,10 @@ class GatewayMetrics:
         """A 429 sent, with the Retry-After its client was told."""
         self.retry_after_of(cls).observe(retry_after_s)
 
-    def ended(self, cls: str, outcome: str, reason: str | None = None) -> None:
+    def ended(self, cls: str, outcome: Outcome, reason: str | None = None) -> None:
+        """The request's one outcome (`llm_request_total`); a shed one's reason too."""
         self.requests_of(cls, outcome).inc()
-        if outcome == "rejected":
+        if outcome is Outcome.REJECTED:
             self.rejections_of(cls, reason or "unknown").inc()
 
     def limit_tripped(self, reason: str) -> None:

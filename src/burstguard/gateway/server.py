@@ -58,7 +58,7 @@ import orjson
 
 from burstguard.autoscale.live import LiveScaler, ScalingCollector
 from burstguard.autoscale.signals import gateway_signals
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
 from burstguard.gateway.api import (
     BadRequest,
     ChatCompletionRequest,
@@ -68,7 +68,8 @@ from burstguard.gateway.api import (
     parse_request,
 )
 from burstguard.gateway.auth import AuthError, Identity, KeyAuthenticator
-from burstguard.gateway.config import AutoscalerConfig, BackendConfig, GatewayConfig
+from burstguard.gateway.classify import Classifier
+from burstguard.gateway.config import AutoscalerConfig, GatewayConfig
 from burstguard.gateway.core import TICK_S, GatewayCore
 from burstguard.gateway.errors import (
     JSON_HEADER,
@@ -109,6 +110,7 @@ from burstguard.gateway.request import BackendState, GatewayRequest
 from burstguard.http.client import UPSTREAM_IDLE_S, Call, UpstreamError, UpstreamPool
 from burstguard.http.server import HttpRequest, HttpServer, Responder
 from burstguard.tokenizer import ModelCounters
+from burstguard.wire.outcomes import Outcome, Reason
 from burstguard.wire.prefix import block_hashes
 
 access_log = logging.getLogger("burstguard.gateway.access")
@@ -129,8 +131,8 @@ class _Exchange:
     arrival: float  # the request read whole (HttpRequest.received)
     prompt_tokens: int
     own_s: float = 0.0  # the gateway's own time before the upstream write, queue wait excluded
-    outcome: str | None = None
-    reason: str | None = None
+    outcome: Outcome | None = None
+    reason: str | None = None  # a Reason, or the backend's error code
     status: int = 0
     queue_wait_s: float | None = None
     ttft_s: float | None = None
@@ -150,16 +152,14 @@ class Gateway:
     def __init__(self, config: GatewayConfig) -> None:
         discovery = config.fleet.discovery
         if not config.backends and discovery.dns is None and discovery.file is None:
-            raise UserError("backends: at least one backend is required (or pass --backend URL)")
+            raise ConfigError("backends: at least one backend is required (or pass --backend URL)")
         self.config = config
         self._clock = time.monotonic  # the HTTP server stamps requests on it too
         self.fleet = Fleet(config.fleet, (), self._clock())  # its clock: wall seconds
         self.core = GatewayCore(config, self.fleet)
         self.auth = KeyAuthenticator(config.api_keys)
         self._speedup = config.engine_speedup  # the core's clock: engine seconds
-        # one tokenizer for the fleet: the first backend entry's (discovered ones copy it)
-        first = config.backends[0] if config.backends else BackendConfig(url="http://discovered")
-        self.prompt_counters = ModelCounters(first.tokenizer)
+        self.prompt_counters = ModelCounters(config.prompt_tokenizer)
         self.metrics = GatewayMetrics(self._snapshot, self._clock)
         self.shared = SharedState(config.fleet.redis) if config.fleet.redis.url else None
         self.metrics.registry.register(FleetCollector(self.fleet, self._clock, self.shared))
@@ -173,9 +173,7 @@ class Gateway:
         self._syncer: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._arrivals = 0
-        self._resume = any(b.resume for b in config.backends)
-        self._class_names = {c.name for c in config.classes}
-        self._by_rank = sorted(config.classes, key=lambda c: c.rank)
+        self.classifier = Classifier(config)
         self._tenant_header = config.tenant_header.lower()
         self._class_header = config.class_header.lower()
         self._openapi = json_bytes(openapi_schema())
@@ -216,7 +214,7 @@ class Gateway:
 
     async def start(self) -> None:
         """Discovery, scrapers and probes, Redis; a source that fails at start (an
-        unresolvable name, an unreadable file, a required Redis) is a UserError naming
+        unresolvable name, an unreadable file, a required Redis) is a ConfigError naming
         its field."""
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=UPSTREAM_IDLE_S)
         self._session = aiohttp.ClientSession(
@@ -279,7 +277,7 @@ class Gateway:
         """`backend`'s keep-alive pool (made on first use, with its config's timeouts)."""
         pool = self._pools.get(backend)
         if pool is None:
-            b = self.config.backend_config(backend)
+            b = self.core.backend_options(backend)
             pool = self._pools[backend] = UpstreamPool(
                 backend, b.connect_timeout_s, b.read_timeout_s
             )
@@ -401,26 +399,11 @@ class Gateway:
     def _classify(
         self, ident: Identity | None, headers: dict[str, str], gen: GenerationRequest
     ) -> tuple[str, str]:
-        """(class, tenant): the key's tier and tenant win; then headers; then `priority`."""
-        tenant = ident.tenant if ident else None
-        tenant = tenant or headers.get(self._tenant_header) or self.config.default_tenant
-        if len(tenant) > (most := self.config.limits.max_tenant_chars):
-            raise BadRequest(f"{self.config.tenant_header}: longer than {most} characters")
-        if ident is not None:
-            return ident.tier, tenant
+        """(class, tenant) by the rule the simulator applies too (`gateway.classify`)."""
+        key_tier, key_tenant = (ident.tier, ident.tenant) if ident is not None else (None, None)
+        tenant = self.classifier.tenant(key_tenant, headers.get(self._tenant_header))
         named = headers.get(self._class_header)
-        if named is not None:
-            if named not in self._class_names:
-                known = ", ".join(sorted(self._class_names))
-                header = self.config.class_header
-                raise BadRequest(f"{header}: {named[:64]!r} is not one of {known}")
-            return named, tenant
-        if gen.priority is not None:  # vLLM's convention: lower runs first
-            for c in self._by_rank:
-                if c.rank >= gen.priority:
-                    return c.name, tenant
-            return self._by_rank[-1].name, tenant
-        return self.config.default_class, tenant
+        return self.classifier.classify(key_tier, named, gen.priority), tenant
 
     # -- generation -----------------------------------------------------------------
 
@@ -467,8 +450,8 @@ class Gateway:
                 self._end_unexpected(ex)
                 raise
             if ex.outcome is None:  # the client hung up, or was cut for not reading
-                ex.outcome = "cancelled"
-                ex.reason = "client_stalled" if resp.stalled else None
+                ex.outcome = Outcome.CANCELLED
+                ex.reason = Reason.CLIENT_STALLED if resp.stalled else None
                 self._waiting.pop(rid, None)
                 self.event(Cancel(rid))
         except Exception:
@@ -483,7 +466,7 @@ class Gateway:
 
     def _end_unexpected(self, ex: _Exchange) -> None:
         if ex.outcome is None:
-            ex.outcome = "failed"
+            ex.outcome = Outcome.FAILED
             self._waiting.pop(ex.rid, None)
             self.event(Fail(ex.rid))
 
@@ -495,13 +478,11 @@ class Gateway:
         the backend it names, again after each preemption, failover or refused lease."""
         chat = ex.route.endswith("chat/completions")
         opts = gen.stream_options
-        keep = ex.stream and self._resume
-        relay = SseRelay(chat, strip_usage=not (opts is not None and opts.include_usage),
-                         keep_text=keep)  # fmt: skip
+        relay: SseRelay | None = None  # made at the first release, for its backend
         while True:
             effect = await fut
             if isinstance(effect, Reject):
-                ex.outcome, ex.reason, ex.status = "rejected", effect.reason, 429
+                ex.outcome, ex.reason, ex.status = Outcome.REJECTED, effect.reason, 429
                 told = send_shed(resp, ex.cls, effect.reason, effect.retry_after_s / self._speedup,
                                  ex.rid)  # fmt: skip
                 self.metrics.shed(ex.cls, told)
@@ -509,8 +490,12 @@ class Gateway:
             if isinstance(effect, Abandon):
                 self._abandoned(resp, ex, effect.outcome)
                 return
-            assert isinstance(effect, Release) and effect.backend is not None
+            assert isinstance(effect, Release)
             backend = effect.backend
+            if relay is None:  # a stream keeps its text where its backend can resume it
+                keep = ex.stream and self.core.backend_options(backend).resume
+                relay = SseRelay(chat, strip_usage=not (opts is not None and opts.include_usage),
+                                 keep_text=keep)  # fmt: skip
             released = self._clock()
             if ex.queue_wait_s is None:
                 ex.queue_wait_s = released - ex.arrival
@@ -584,7 +569,7 @@ class Gateway:
                 if status >= 500:  # the backend's fault: another may serve it
                     self._backend_failed(ex, Failure.STATUS_5XX, code, payload)
                     return
-                ex.outcome, ex.reason = "failed", f"backend_{status}"
+                ex.outcome, ex.reason = Outcome.FAILED, f"backend_{status}"
                 self.event(Fail(ex.rid))
                 if resp.started:  # a resumed stream the backend refused: end it in-band
                     resp.end(b"data: " + json_bytes(payload) + b"\n\n")
@@ -624,7 +609,7 @@ class Gateway:
         status, payload = ex.failure or (502, {"error": {
             "message": "backend failed", "type": "upstream_error", "param": None,
             "code": "backend_error"}})  # fmt: skip
-        ex.outcome, ex.reason = "failed", str(payload["error"].get("code"))
+        ex.outcome, ex.reason = Outcome.FAILED, str(payload["error"].get("code"))
         if outcome != "not_retryable":
             ex.reason += f"+{outcome}"
         if resp.started:
@@ -686,7 +671,7 @@ class Gateway:
         await call.finished()
         ex.output_tokens = relay.tokens()
         if relay.finished():
-            ex.outcome = "completed"
+            ex.outcome = Outcome.COMPLETED
             self.metrics.output_tokens_of(ex.cls).inc(ex.output_tokens)
             self.event(Finish(ex.rid, ex.output_tokens))
         else:  # the backend ended it early (it died, or llama-cpp-python's cut)
@@ -705,7 +690,7 @@ class Gateway:
             self._backend_failed(ex, bad, bad.status, bad.error())
             return
         ex.output_tokens = tokens
-        ex.outcome, ex.status = "completed", 200
+        ex.outcome, ex.status = Outcome.COMPLETED, 200
         self.metrics.output_tokens_of(ex.cls).inc(ex.output_tokens)
         self.event(Finish(ex.rid, ex.output_tokens))
         resp.send(200, raw, [
@@ -721,7 +706,7 @@ class Gateway:
 
     def _close(self, ex: _Exchange) -> None:
         """Counts the outcome once and writes the request's log line."""
-        outcome = ex.outcome or "failed"
+        outcome = ex.outcome or Outcome.FAILED
         self.metrics.ended(ex.cls, outcome, ex.reason)
         if self.shared is not None and ex.backends:  # the tenant's service, for all replicas
             self.shared.charge_tenant(ex.cls, ex.tenant, ex.prompt_tokens + ex.output_tokens)

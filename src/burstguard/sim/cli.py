@@ -210,13 +210,14 @@ class _Setup:
 
     def summary(self, result: SimResult, duration: float, extra: dict[str, Any]) -> dict[str, Any]:
         """The run's summary (bench's format, `source: sim`)."""
-        from burstguard.bench.summary import summarize
+        from burstguard.bench.summary import prefix_cache_block, summarize
 
         return summarize(
             result.records, duration_s=duration, slo=self.slo, source="sim",
             extra={"preemptions": result.preemptions, "steps": result.steps,
                    "profile": self.profile.name, "engine": asdict(self.engine),
-                   "server_series": result.series, **extra},
+                   "server_series": result.series,
+                   "prefix_cache": prefix_cache_block(*result.prefix_cache), **extra},
         )  # fmt: skip
 
 
@@ -385,6 +386,12 @@ def _report(setup: _Setup, result: SimResult, duration: float, extra: dict[str, 
         f"E2E  p50 {ms(e['p50'])}  p95 {ms(e['p95'])}\n"
         f"SLO attainment {summary['slo_attainment']:.1%}"
     )
+    cache = summary["prefix_cache"]
+    if setup.engine.enable_prefix_caching and cache["hit_rate"] is not None:
+        print(
+            f"prefix cache: {cache['hit_tokens']:,} of {cache['queried_tokens']:,} prompt "
+            f"tokens hit ({cache['hit_rate']:.1%})"
+        )
     if "scale_events" in summary:
         print(scaling_line(summary))
     if "faults" in summary:

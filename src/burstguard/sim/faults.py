@@ -18,6 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from burstguard.errors import FileError, read_user_text
+
 KEYS = ("replica", "at", "kind", "restart_after")
 
 
@@ -26,7 +28,7 @@ class FaultKind(enum.StrEnum):
     STALL = "stall"  # it stops stepping: connections stay open, nothing comes back
 
 
-class FaultFileError(ValueError):
+class FaultFileError(FileError):
     """A fault schedule that cannot be run; the message names the entry and the field."""
 
 
@@ -46,7 +48,7 @@ class Fault:
 def load_faults(path: Path) -> tuple[Fault, ...]:
     """The schedule in `path` (YAML, of which JSON is a subset), checked."""
     try:
-        text = path.read_text()
+        text = read_user_text(path)
     except OSError as exc:
         raise FaultFileError(f"{path}: cannot read it ({exc.strerror})") from None
     try:

@@ -21,8 +21,8 @@ policy compared here is the policy deployed:
   on (`_GatewaySim.replicas`: an autoscaler drives it);
 - faults (`sim.faults`, `--faults`): a killed replica's requests fail as a reset
   connection does live (`BackendFailed(reset)`), what is released to it while it is down
-  is refused (`connect`); a stalled one holds its requests silent until the backend's
-  `read_timeout_s` (`timeout`) or its restart (`reset`). Each failure is one of
+  is refused (`connect`); a stalled one holds its requests silent until its backend
+  settings' `read_timeout_s` (`timeout`) or its restart (`reset`). Each failure is one of
   `gateway.failure.Failure`, the kinds the live server classifies into, and the core's
   failure rules decide what follows (failover, the retry budget, the circuit breaker,
   `Abandon`, answered with the failure's status as live). With a fault schedule the
@@ -56,7 +56,9 @@ from burstguard.engine.core import (
     check_priority,
 )
 from burstguard.engine.profile import Profile
-from burstguard.gateway.config import BackendConfig, GatewayConfig
+from burstguard.gateway.api import BadRequest
+from burstguard.gateway.classify import Classifier
+from burstguard.gateway.config import GatewayConfig
 from burstguard.gateway.core import TICK_S, GatewayCore, GatewayStats
 from burstguard.gateway.events import (
     Abandon,
@@ -75,6 +77,7 @@ from burstguard.gateway.events import (
     Tick,
 )
 from burstguard.gateway.failure import Failure
+from burstguard.gateway.fleet.config import RouterConfig
 from burstguard.gateway.fleet.fleet import Fleet
 from burstguard.gateway.request import GatewayRequest
 from burstguard.sim.autoscaling import ScalingDriver, discovery_lag_s
@@ -83,6 +86,7 @@ from burstguard.sim.heap import EventHeap
 from burstguard.sim.loop import RecordBook, SimResult, engine_prefix, served_prompt
 from burstguard.sim.replicas import Health, ReplicaSet, replica_id
 from burstguard.sim.series import SeriesRecorder
+from burstguard.wire.outcomes import Outcome
 from burstguard.wire.prefix import block_hashes, chat_text
 from burstguard.wire.tokens import CHARS_PER_TOKEN
 from burstguard.workload.prompts import PromptRenderer, chat_content_tokens
@@ -113,6 +117,19 @@ def _next_on_grid(t: float, period: float) -> float:
     return math.ceil(t / period - 1e-9) * period
 
 
+def routing_hashes(
+    spec: RequestSpec, prompts: PromptRenderer, router: RouterConfig
+) -> tuple[int, ...]:
+    """What the live gateway's prefix affinity keys on for `spec`: the leading blocks of the
+    text bench sends for it (a one-message chat, bench's default API); () without affinity."""
+    if not router.affinity:
+        return ()
+    width = router.affinity_blocks * router.block_tokens * CHARS_PER_TOKEN
+    content = prompts.text(spec, chat_content_tokens(spec.prompt_tokens), width)
+    return block_hashes(chat_text([("user", content)]), router.block_tokens,
+                        router.affinity_blocks)  # fmt: skip
+
+
 class _GatewaySim:
     """One run: the entities (clients, gateway, engine replicas) on one event heap."""
 
@@ -138,6 +155,8 @@ class _GatewaySim:
         self.heap = EventHeap()
         self.fleet = Fleet(gateway.fleet)
         self.gw = GatewayCore(gateway, self.fleet)
+        self.classifier = Classifier(gateway)
+        self.refused = 0  # refused before the gateway (400): not arrivals to its signals
         self.replicas = ReplicaSet(
             self.heap, engine, profile, self.step_end, self.run_end if fast_forward else None,
             fleet=self.fleet, fleet_scale=1.0 / gateway.engine_speedup,
@@ -149,12 +168,7 @@ class _GatewaySim:
         for fault in faults:
             self.heap.at(fault.at_s, FAULT, partial(self.fault, fault))
         self.probing = bool(faults)  # probes answered "up" change nothing: none without
-        speedup = gateway.engine_speedup
-        backend = gateway.backends[0] if gateway.backends else None
-        read_timeout = (BackendConfig.model_fields["read_timeout_s"].default if backend is None
-                        else backend.read_timeout_s)  # fmt: skip
-        self.read_timeout_s = read_timeout * speedup
-        self.probe_timeout_s = gateway.fleet.health.probe_timeout_s * speedup
+        self.probe_timeout_s = gateway.fleet.health.probe_timeout_s * gateway.engine_speedup
         self.failures: dict[str, Failure] = {}  # request id -> its last backend failure
         self.hung: dict[str, float] = {}  # request id -> its read timeout on a stalled replica
         self.back_at: dict[str, float] = {}  # stalled replica -> when it restarts (inf: never)
@@ -188,8 +202,15 @@ class _GatewaySim:
 
     def arrive(self, i: int, now: float) -> None:
         spec = self.workload.spec(i)
+        try:  # bench sends the class as the class header: the live gateway's rule
+            cls = self.classifier.classify(named=spec.priority_class)
+            tenant = self.classifier.tenant(named=spec.tenant)
+        except BadRequest:  # the live gateway's 400, as bench records it
+            rec = self.book.open(spec, served_prompt(spec, self.profile))
+            self._answered(rec, now, 400, "http_400")
+            self.refused += 1
+            return
         self.arrivals += 1
-        cls = self.config.class_by_name(spec.priority_class).name
         self.book.open(spec, served_prompt(spec, self.profile), priority_class=cls)
         self.max_tokens[spec.id] = spec.max_tokens
         if not self._clocked:  # the gateway wakes from idle: its periodic events restart
@@ -201,20 +222,12 @@ class _GatewaySim:
             self.heap.at(_next_on_grid(now, self.tick_s), TICK, lambda t: self.tick(t, gen))
         block_size = self.engine_config.block_size
         self.prefix[spec.id] = engine_prefix(spec, self.workload.prefix_block_tokens, block_size)
-        req = GatewayRequest(spec.id, now, spec.prompt_tokens, spec.max_tokens, cls, spec.tenant,
+        req = GatewayRequest(spec.id, now, spec.prompt_tokens, spec.max_tokens, cls, tenant,
                              prefix_hashes=self.routing_hashes(spec))  # fmt: skip
         self.event(Arrive(req), now)
 
     def routing_hashes(self, spec: RequestSpec) -> tuple[int, ...]:
-        """What the live gateway's prefix affinity keys on: the leading blocks of the text
-        bench sends for `spec` (a one-message chat, bench's default API)."""
-        router = self.config.fleet.router
-        if not router.affinity:
-            return ()
-        width = router.affinity_blocks * router.block_tokens * CHARS_PER_TOKEN
-        content = self.prompts.text(spec, chat_content_tokens(spec.prompt_tokens), width)
-        return block_hashes(chat_text([("user", content)]), router.block_tokens,
-                            router.affinity_blocks)  # fmt: skip
+        return routing_hashes(spec, self.prompts, self.config.fleet.router)
 
     @staticmethod
     def _answered(rec: RequestRecord, now: float, status: int, error: str) -> None:
@@ -234,7 +247,7 @@ class _GatewaySim:
         rid = effect.req.id
         rec = self.book.records[rid]
         if isinstance(effect, Reject):
-            self._answered(rec, now, 429, "rejected")
+            self._answered(rec, now, 429, Outcome.REJECTED)
             rec.retry_after_s = effect.retry_after_s
         elif isinstance(effect, Preempt):
             self.replicas.engine(self.where[rid]).abort(rid, now)
@@ -251,7 +264,6 @@ class _GatewaySim:
 
     def release(self, effect: Release, rec: RequestRecord, now: float) -> None:
         rid = effect.req.id
-        assert effect.backend is not None  # the simulation always has a fleet
         self.where[rid] = effect.backend
         self.routed[effect.backend] = self.routed.get(effect.backend, 0) + 1
         health = self.replicas.health(effect.backend)
@@ -310,7 +322,8 @@ class _GatewaySim:
     def hang(self, rid: str, url: str, engine: EngineCore, now: float) -> None:
         """`rid` waits on a stalled replica: its read timeout (silence from now) is due,
         unless the replica's restart cuts it first (no event then: the run ends on time)."""
-        self.hung[rid] = deadline = now + self.read_timeout_s
+        timeout = self.config.backend_config(url).read_timeout_s * self.config.engine_speedup
+        self.hung[rid] = deadline = now + timeout
         if deadline < self.back_at[url]:
             self.heap.at(deadline, FAULT, partial(self.timed_out, rid, url, engine))
 
@@ -375,7 +388,7 @@ class _GatewaySim:
         return gateway_signals(self.gw.stats, self.arrivals)
 
     def _scaling_active(self) -> bool:
-        return self.arrivals < len(self.workload) or not self._idle()
+        return self.arrivals + self.refused < len(self.workload) or not self._idle()
 
     def _idle(self) -> bool:
         s = self.gw.stats
@@ -421,6 +434,7 @@ class _GatewaySim:
             reprefill_tokens=self.reprefill_tokens,
             routed=dict(self.routed),
             failovers=dict(self.fleet.failover_outcomes),
+            prefix_cache=self.replicas.prefix_cache,
             scaling=None if self.scaler is None else self.scaler.summary(end),
         )
 

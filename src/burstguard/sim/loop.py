@@ -33,6 +33,7 @@ class SimResult:
     steps: int
     end_s: float
     series: dict[str, Any] | None = None  # `server_series`: the engine's gauges (sim.series)
+    prefix_cache: tuple[int, int] = (0, 0)  # prompt tokens looked up in prefix caches, hit
 
 
 @dataclass
@@ -234,6 +235,7 @@ class DirectSim:
             steps=self.replicas.steps,
             end_s=end,
             series=self.recorder.series(end),
+            prefix_cache=self.replicas.prefix_cache,
         )
 
 

@@ -135,6 +135,7 @@ class ReplicaSet:
         self._replicas: dict[str, _Replica] = {}
         self.steps = 0
         self.preemptions_of_removed = 0  # engine preemptions of replicas already gone
+        self._prefix_of_removed = (0, 0)  # ... and their prefix-cache (queried, hit) tokens
 
     # -- the API an autoscaler drives ---------------------------------------------------
 
@@ -208,7 +209,7 @@ class ReplicaSet:
         the requests its stalled process still held (their connections now reset)."""
         old = self._replicas[replica_id]
         held = [] if old.health is Health.DOWN else list(old.engine.requests)
-        self.preemptions_of_removed += old.engine.stats.num_preemptions_total
+        self._retire(old.engine)
         new = self._new(replica_id, old.engine.profile)
         new.draining, new.on_drained = old.draining, old.on_drained
         return held
@@ -242,9 +243,19 @@ class ReplicaSet:
         r = self._replicas.pop(replica_id, None)
         if r is None:
             return
-        self.preemptions_of_removed += r.engine.stats.num_preemptions_total
+        self._retire(r.engine)
         if r.on_drained is not None:
             r.on_drained(now)
+
+    def _retire(self, engine: EngineCore) -> None:
+        """Keeps the counters of an engine that is gone (removed, or replaced at a restart)."""
+        stats = engine.stats
+        self.preemptions_of_removed += stats.num_preemptions_total
+        queried, hit = self._prefix_of_removed
+        self._prefix_of_removed = (
+            queried + stats.prefix_cache_queries_total,
+            hit + stats.prefix_cache_hits_total,
+        )
 
     def states(self) -> list[tuple[str, BackendState]]:
         """Each replica's gauges, as its /metrics would show them."""
@@ -269,6 +280,15 @@ class ReplicaSet:
     def preemptions(self) -> int:
         live = sum(r.engine.stats.num_preemptions_total for r in self._replicas.values())
         return live + self.preemptions_of_removed
+
+    @property
+    def prefix_cache(self) -> tuple[int, int]:
+        """Prompt tokens looked up in the replicas' prefix caches, and found there."""
+        queried, hit = self._prefix_of_removed
+        for r in self._replicas.values():
+            s = r.engine.stats
+            queried, hit = queried + s.prefix_cache_queries_total, hit + s.prefix_cache_hits_total
+        return queried, hit
 
     def kick(self, replica_id: str, now: float) -> None:
         """Starts the replica's next step (or decode run) if none runs and it has work."""

@@ -1,7 +1,8 @@
 """Arrival processes: seeded generators of absolute arrival times (seconds) over a duration.
 
 Each documents its mean rate so that a steady and a bursty run can be matched at the same
-mean load. All are vectorised with numpy (1M arrivals in well under a second).
+mean load. All are vectorised with numpy, so a million arrivals cost no noticeable time
+(docs/workload.md, "Speed").
 """
 
 from __future__ import annotations

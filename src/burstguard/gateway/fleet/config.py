@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
 from burstguard.wire.urls import normalize_backend_url
 
 
@@ -19,6 +19,32 @@ class _Strict(BaseModel):
     # YAML reads .inf and .nan as floats: no setting here means either (an infinite
     # interval or timeout stalls the loop that uses it, or crashes it converting to int)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class BackendOptions(_Strict):
+    """How the gateway talks to one engine: a static `backends` entry's settings, and
+    `fleet.discovery.options` for every discovered backend (the core reads the preemption
+    and priority switches per backend from these, so discovered ones get them too)."""
+
+    tokenizer: str = Field(
+        "auto", min_length=1, description="prompt token counting: auto (a request for the "
+        "reference model: its tokenizer where installed; else the estimate), estimate, or a "
+        "tokenizer.json path",
+    )  # fmt: skip
+    connect_timeout_s: float = Field(5.0, gt=0, description="TCP connect timeout")
+    read_timeout_s: float = Field(
+        600.0, gt=0, description="longest silence from the backend (headers or between chunks)"
+    )
+    forward_priority: bool = Field(
+        False,
+        description="send the class rank as vLLM's `priority` (the engine must run "
+        "--scheduling-policy priority: vLLM refuses a non-zero priority otherwise)",
+    )
+    resume: bool = Field(
+        False,
+        description="the backend continues a text it is given (vLLM, the emulator: completions "
+        "prompt + text so far, chat `continue_final_message`): the gateway may preempt",
+    )
 
 
 class DnsDiscovery(_Strict):
@@ -51,6 +77,10 @@ class DiscoveryConfig(_Strict):
 
     dns: DnsDiscovery | None = None
     file: FileDiscovery | None = None
+    options: BackendOptions | None = Field(
+        None, description="settings of every discovered backend (None: the first `backends` "
+        "entry's, or the defaults)",
+    )  # fmt: skip
 
 
 class HealthConfig(_Strict):
@@ -150,7 +180,7 @@ class FleetConfig(_Strict):
 def check_backend_urls(
     urls: list[str] | tuple[str, ...], field: str, flag: bool = False
 ) -> tuple[str, ...]:
-    """The normalised URLs of a static list; a bad or repeated one is a UserError naming
+    """The normalised URLs of a static list; a bad or repeated one is a ConfigError naming
     its place: `field.0` in a config, `--backend 1` for a repeated flag (`flag`)."""
 
     def where(i: int) -> str:
@@ -160,7 +190,7 @@ def check_backend_urls(
     for i, url in enumerate(urls):
         norm = normalize_backend_url(url, where(i))
         if norm in seen:
-            raise UserError(
+            raise ConfigError(
                 f"{where(i)}: {url!r} is the same backend as {where(seen[norm])} "
                 f"({urls[seen[norm]]!r}); list each backend once"
             )

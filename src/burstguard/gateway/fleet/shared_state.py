@@ -50,7 +50,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from burstguard.errors import UserError
+from burstguard.errors import TargetError
 from burstguard.gateway.fleet.config import RedisConfig
 from burstguard.gateway.queue import OVERFLOW_TENANT
 
@@ -240,20 +240,20 @@ class SharedState:
     # -- connection and degraded mode ---------------------------------------------------
 
     async def connect(self) -> bool:
-        """Checks Redis at start. Unreachable: a warning and degraded mode, or a UserError
+        """Checks Redis at start. Unreachable: a warning and degraded mode, or a TargetError
         naming the field when `required`. True when connected."""
         try:
             await self._redis.ping()
         except _UNREACHABLE as exc:
             if self.cfg.required:
-                raise UserError(
+                raise TargetError(
                     f"{REDIS_FIELD}: cannot reach Redis at {self.cfg.url} ({exc}); "
                     "start it, or drop fleet.redis.required to serve degraded"
                 ) from exc
             self._degrade(exc)
             return False
         except RedisError as exc:  # e.g. a wrong password: a config error, not an outage
-            raise UserError(f"{REDIS_FIELD}: Redis at {self.cfg.url} refused us ({exc})") from exc
+            raise TargetError(f"{REDIS_FIELD}: Redis at {self.cfg.url} refused us ({exc})") from exc
         return True
 
     def _degrade(self, exc: BaseException) -> None:
