@@ -10,14 +10,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from burstguard.errors import UserError
-from burstguard.workload import seed
 from burstguard.workload.options import pattern_options
+from burstguard.workload.scenario import SCENARIOS
 from burstguard.workload.synth import PatternSpec
 
 if TYPE_CHECKING:
     from burstguard.bench.compare import Verdict
 
-SCENARIOS = ("steady-vs-burst",)
 _LOAD, _CLIENT, _OUT = "Load", "Client behaviour", "Output"
 
 
@@ -324,25 +323,20 @@ def _steady_vs_burst(
     from burstguard.bench.compare import Thresholds
     from burstguard.report.cli import run_compare
     from burstguard.report.table import print_verdict
-    from burstguard.workload.synth import synthesize
+    from burstguard.workload.scenario import burst_leg, matched_rate, steady_leg
 
     out = config.out_dir
     rate = pattern_spec.rate if pattern_spec is not None else None
-    steady_cfg = dataclasses.replace(config, out_dir=out / "steady", label="steady")
-    if rate is None:
-        steady_cfg.concurrency = config.concurrency or seed.STEADY_USERS
-        steady_wl = _workload(None, shape_spec)
-    else:
-        steady_cfg.concurrency = None
-        steady_wl = synthesize(dataclasses.replace(shape_spec, pattern="poisson", rate=rate))
-    steady = _one_leg(steady_cfg, steady_wl, quiet)
+    leg = steady_leg(shape_spec, rate, config.concurrency)
+    steady_cfg = dataclasses.replace(config, out_dir=out / "steady", label="steady",
+                                     concurrency=leg.users)  # fmt: skip
+    steady = _one_leg(steady_cfg, leg.workload, quiet)
     if steady["interrupted"]:
         print(f"interrupted during the steady leg; its results are in {out / 'steady'}")
         raise typer.Exit(code=130)
-    matched = steady["requests"] / steady["duration_s"]
-    burst_spec = dataclasses.replace(shape_spec, pattern="burst", rate=matched)
+    matched = matched_rate(steady)
     burst_cfg = dataclasses.replace(config, out_dir=out / "burst", label="burst", concurrency=None)
-    _one_leg(burst_cfg, synthesize(burst_spec), quiet)
+    _one_leg(burst_cfg, burst_leg(shape_spec, matched), quiet)
     verdict, legs = run_compare(out / "steady", out / "burst", Thresholds())
     title = f"steady vs seed bursts at {matched:.2f} req/s"
     print_verdict(verdict, title=title)

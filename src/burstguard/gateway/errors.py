@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from burstguard.gateway.failure import Failure
 from burstguard.gateway.quota import Verdict
 from burstguard.http.client import Unreachable, UpstreamError, UpstreamTimeout
 from burstguard.http.server import Header, Responder
@@ -156,12 +157,12 @@ def upstream_error(status: int, body: bytes) -> tuple[int, dict[str, Any]]:
     return mapped, {"error": out}
 
 
-def transport_error(exc: UpstreamError) -> tuple[int, str, str]:
-    """(status, message, code) for a failure to talk to the backend. The details (its
-    address, the OS error) are logged, not told to the client."""
+def failure_of(exc: UpstreamError) -> Failure:
+    """The failure kind of a failure to talk to the backend (refused, timed out, reset).
+    The details (its address, the OS error) are logged, not told to the client."""
     log.warning("backend failed: %s", exc)
     if isinstance(exc, UpstreamTimeout):
-        return 504, "the backend did not answer in time", "backend_timeout"
+        return Failure.TIMEOUT
     if isinstance(exc, Unreachable):
-        return 503, "the backend is unreachable", "backend_unreachable"
-    return 502, "the backend connection failed", "backend_error"
+        return Failure.REFUSED
+    return Failure.RESET

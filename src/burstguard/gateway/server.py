@@ -73,13 +73,13 @@ from burstguard.gateway.config import AutoscalerConfig, GatewayConfig
 from burstguard.gateway.core import TICK_S, GatewayCore
 from burstguard.gateway.errors import (
     JSON_HEADER,
+    failure_of,
     json_bytes,
     ratelimit_headers,
     send_error,
     send_json,
     send_quota,
     send_shed,
-    transport_error,
     upstream_error,
 )
 from burstguard.gateway.events import (
@@ -102,6 +102,7 @@ from burstguard.gateway.events import (
     Settle,
     Tick,
 )
+from burstguard.gateway.failure import Failure
 from burstguard.gateway.fleet.fleet import Fleet
 from burstguard.gateway.fleet.metrics import FleetCollector
 from burstguard.gateway.fleet.monitor import FleetMonitor
@@ -110,14 +111,7 @@ from burstguard.gateway.metrics import CONTENT_TYPE, GatewayMetrics, GaugeSnapsh
 from burstguard.gateway.quota import Verdict
 from burstguard.gateway.relay import SseRelay, json_tokens, resume_body, upstream_body
 from burstguard.gateway.request import BackendState, GatewayRequest
-from burstguard.http.client import (
-    UPSTREAM_IDLE_S,
-    Call,
-    Unreachable,
-    UpstreamError,
-    UpstreamPool,
-    UpstreamTimeout,
-)
+from burstguard.http.client import UPSTREAM_IDLE_S, Call, UpstreamError, UpstreamPool
 from burstguard.http.server import HttpRequest, HttpServer, Responder
 from burstguard.tokenizer import ModelCounters
 from burstguard.wire.outcomes import Outcome, Reason
@@ -621,7 +615,7 @@ class Gateway:
                 code, payload = upstream_error(status, raw)
                 self.metrics.errors.labels(f"http_{status}").inc()
                 if status >= 500:  # the backend's fault: another may serve it
-                    self._backend_failed(ex, "status_5xx", code, payload)
+                    self._backend_failed(ex, Failure.STATUS_5XX, code, payload)
                     return
                 ex.outcome, ex.reason = Outcome.FAILED, f"backend_{status}"
                 self.event(Fail(ex.rid, self._received(ex)))
@@ -641,24 +635,21 @@ class Gateway:
         except UpstreamError as exc:
             if ex.preempted:
                 return
-            http_status, message, err_code = transport_error(exc)
-            self.metrics.errors.labels(err_code).inc()
-            err = {"message": message, "type": "upstream_error", "param": None, "code": err_code}
-            reason = ("connect" if isinstance(exc, Unreachable)
-                      else "timeout" if isinstance(exc, UpstreamTimeout) else "reset")  # fmt: skip
-            self._backend_failed(ex, reason, http_status, {"error": err})
+            failure = failure_of(exc)
+            self.metrics.errors.labels(failure.code).inc()
+            self._backend_failed(ex, failure, failure.status, failure.error())
         finally:
             ex.call = None
             if call is not None:
                 call.abort()  # a no-op once the answer ended; else the engine frees the KV
 
     def _backend_failed(
-        self, ex: _Exchange, reason: str, status: int, payload: dict[str, Any]
+        self, ex: _Exchange, failure: Failure, status: int, payload: dict[str, Any]
     ) -> None:
         """Tells the core; its answer (failover, queued again, Abandon) comes to the
         request's future. `started`: the client holds tokens (only a resume can go on)."""
         ex.failure = (status, payload)
-        self.event(BackendFailed(ex.rid, reason, started=ex.ttft_s is not None))
+        self.event(BackendFailed(ex.rid, failure.reason, started=ex.ttft_s is not None))
 
     def _abandoned(self, resp: Responder, ex: _Exchange, outcome: str) -> None:
         """Its backend failed it and the core gave up (`outcome`): the last failure goes to
@@ -733,10 +724,9 @@ class Gateway:
             self.metrics.output_tokens_of(ex.cls).inc(ex.output_tokens)
             self.event(Finish(ex.rid, ex.output_tokens))
         else:  # the backend ended it early (it died, or llama-cpp-python's cut)
-            self.metrics.errors.labels("backend_cut_stream").inc()
-            err = {"message": "the backend ended the stream early", "type": "upstream_error",
-                   "param": None, "code": "backend_cut_stream"}  # fmt: skip
-            self._backend_failed(ex, "reset", 502, {"error": err})
+            cut = Failure.CUT_STREAM
+            self.metrics.errors.labels(cut.code).inc()
+            self._backend_failed(ex, cut, cut.status, cut.error())
             return
         resp.end()
 
@@ -744,10 +734,9 @@ class Gateway:
         raw = await call.read()
         tokens = json_tokens(raw)
         if tokens is None:  # a 200 that is no OpenAI answer: another backend may serve it
-            self.metrics.errors.labels("bad_answer").inc()
-            err = {"message": "the backend's answer was not JSON", "type": "upstream_error",
-                   "param": None, "code": "bad_answer"}  # fmt: skip
-            self._backend_failed(ex, "bad_answer", 502, {"error": err})
+            bad = Failure.NOT_JSON
+            self.metrics.errors.labels(bad.code).inc()
+            self._backend_failed(ex, bad, bad.status, bad.error())
             return
         ex.output_tokens = tokens
         ex.outcome, ex.status = Outcome.COMPLETED, 200

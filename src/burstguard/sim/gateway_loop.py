@@ -19,7 +19,18 @@ policy compared here is the policy deployed:
   the replica the core's router picked, as it names a live backend; each replica steps on
   its own, its first tokens and finishes flow back as events, and each is scraped on its
   own (`Scrape(state, replica)`). Replicas can be added and drained while the run goes
-  on (`_GatewaySim.replicas`: an autoscaler drives it).
+  on (`_GatewaySim.replicas`: an autoscaler drives it);
+- faults (`sim.faults`, `--faults`): a killed replica's requests fail as a reset
+  connection does live (`BackendFailed(reset)`), what is released to it while it is down
+  is refused (`connect`); a stalled one holds its requests silent until its backend
+  settings' `read_timeout_s` (`timeout`) or its restart (`reset`). Each failure is one of
+  `gateway.failure.Failure`, the kinds the live server classifies into, and the core's
+  failure rules decide what follows (failover, the retry budget, the circuit breaker,
+  `Abandon`, answered with the failure's status as live). With a fault schedule the
+  gateway also probes each replica's /health on every tick, as its prober does: a dead
+  one is refused at once, a stalled one times out after `probe_timeout_s`, and the
+  breaker closes again once a restarted one answers. Its scrapes fail meanwhile, so its
+  last metrics age.
 
 While nothing is queued, in flight or running, the tick and scrape stop, and restart on
 their grid at the next arrival, so days-long traces do not cost 20 ticks per idle second.
@@ -39,6 +50,7 @@ from burstguard.bench.records import RequestRecord
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.core import (
     DecodeRun,
+    EngineCore,
     EngineRequest,
     RequestRejected,
     StepResult,
@@ -52,6 +64,7 @@ from burstguard.gateway.core import TICK_S, GatewayCore, GatewayStats
 from burstguard.gateway.events import (
     Abandon,
     Arrive,
+    BackendFailed,
     Effect,
     Event,
     Fail,
@@ -65,13 +78,15 @@ from burstguard.gateway.events import (
     Settle,
     Tick,
 )
+from burstguard.gateway.failure import Failure
 from burstguard.gateway.fleet.config import RouterConfig
 from burstguard.gateway.fleet.fleet import Fleet
 from burstguard.gateway.request import GatewayRequest
 from burstguard.sim.autoscaling import ScalingDriver, discovery_lag_s
+from burstguard.sim.faults import Fault, FaultKind, check_replicas
 from burstguard.sim.heap import EventHeap
 from burstguard.sim.loop import RecordBook, SimResult, engine_prefix, served_prompt
-from burstguard.sim.replicas import ReplicaSet, replica_id
+from burstguard.sim.replicas import Health, ReplicaSet, replica_id
 from burstguard.sim.series import SeriesRecorder
 from burstguard.wire.outcomes import Outcome, Reason
 from burstguard.wire.prefix import block_hashes, chat_text
@@ -81,8 +96,10 @@ from burstguard.workload.spec import RequestSpec, Workload
 
 __all__ = ["GatewaySimResult", "gateway_summary", "simulate_gateway"]
 
-# ties at one instant: a step's end, then arrivals, the scrape, the tick
+# ties at one instant: a step's end, then arrivals, the scrape, the tick, (the autoscaler,)
+# faults and what follows from them (timeouts, restarts, probe answers)
 ARRIVAL, SCRAPE, TICK = range(1, 4)  # a step's end is 0 (`sim.replicas.STEP`)
+FAULT = 5  # after the autoscaler's 4 (`sim.autoscaling.AUTOSCALE`)
 
 
 @dataclass
@@ -93,6 +110,7 @@ class GatewaySimResult(SimResult):
     gateway: GatewayStats | None = None
     reprefill_tokens: int = 0
     routed: dict[str, int] | None = None  # replica -> requests sent to it (failovers incl.)
+    failovers: dict[str, int] | None = None  # the fleet's answers to failures, by outcome
     scaling: dict[str, Any] | None = None  # `ScalingDriver.summary`, with an autoscaler
     quota_refused: dict[str, list[int]] | None = None  # tenant -> [requests, tokens] refused
 
@@ -129,6 +147,7 @@ class _GatewaySim:
         scaling: ScalingPolicy | None = None,
         seed: int = 0,
         fast_forward: bool = True,
+        faults: Sequence[Fault] = (),
     ) -> None:
         if replicas < 1:
             raise ValueError("replicas must be >= 1")
@@ -141,12 +160,21 @@ class _GatewaySim:
         self.gw = GatewayCore(gateway, self.fleet)
         self.classifier = Classifier(gateway)
         self.refused = 0  # refused before the gateway (400): not arrivals to its signals
-        self.replicas = ReplicaSet(self.heap, engine, profile, self.fleet, self.step_end,
-                                   1.0 / gateway.engine_speedup,
-                                   self.run_end if fast_forward else None)  # fmt: skip
+        self.replicas = ReplicaSet(
+            self.heap, engine, profile, self.step_end, self.run_end if fast_forward else None,
+            fleet=self.fleet, fleet_scale=1.0 / gateway.engine_speedup,
+        )  # fmt: skip
         for i in range(replicas):
             own = None if replica_profiles is None else replica_profiles[i]
             self.replicas.add_replica(replica_id(i), 0.0, own)
+        check_replicas(tuple(faults), replicas)
+        for fault in faults:
+            self.heap.at(fault.at_s, FAULT, partial(self.fault, fault))
+        self.probing = bool(faults)  # probes answered "up" change nothing: none without
+        self.probe_timeout_s = gateway.fleet.health.probe_timeout_s * gateway.engine_speedup
+        self.failures: dict[str, Failure] = {}  # request id -> its last backend failure
+        self.hung: dict[str, float] = {}  # request id -> its read timeout on a stalled replica
+        self.back_at: dict[str, float] = {}  # stalled replica -> when it restarts (inf: never)
         self.profile = profile
         self.where: dict[str, str] = {}  # request id -> the replica running it
         self.routed: dict[str, int] = {}
@@ -237,8 +265,13 @@ class _GatewaySim:
         elif isinstance(effect, Preempt):
             self.replicas.engine(self.where[rid]).abort(rid, now)
             self.book.resumed_at[rid] = self.book.produced.get(rid, 0)
-        elif isinstance(effect, Abandon):  # no replica fails in the simulation
-            self._answered(rec, now, 502, effect.outcome)
+        elif isinstance(effect, Abandon):  # its last failure goes to the client, as live
+            if rec.ttft_s is not None:  # in-band: an error event ends the stream it has
+                self._answered(rec, now, 200, "stream_broken")
+                rec.completion_tokens = self.book.produced.get(rid, 0)
+            else:
+                status = self.failures.get(rid, Failure.RESET).status
+                self._answered(rec, now, status, f"http_{status}")
         else:
             self.release(effect, rec, now)
 
@@ -246,6 +279,10 @@ class _GatewaySim:
         rid = effect.req.id
         self.where[rid] = effect.backend
         self.routed[effect.backend] = self.routed.get(effect.backend, 0) + 1
+        health = self.replicas.health(effect.backend)
+        if health is Health.DOWN:  # connection refused
+            self.failed(rid, Failure.REFUSED, now)
+            return
         engine = self.replicas.engine(effect.backend)
         have = self.book.resumed_at.get(rid, 0) if effect.resumed else 0
         prompt = (rec.prompt_tokens or 0) + have
@@ -264,7 +301,76 @@ class _GatewaySim:
             self._answered(rec, now, 400, "http_400")
             self.event(Fail(rid), now)
             return
+        if health is Health.STALLED:  # sent; no answer will come
+            self.hang(rid, effect.backend, engine, now)
+            return
         self.replicas.kick(effect.backend, now)
+
+    # -- faults ------------------------------------------------------------------------
+
+    def fault(self, fault: Fault, now: float) -> None:
+        """Kills or stalls a replica; restarts it after `restart_after`."""
+        url = replica_id(fault.replica)
+        if url not in self.replicas.replicas and url not in self.replicas.draining:
+            return  # an autoscaler removed it already
+        if fault.kind is FaultKind.KILL:
+            for rid in self.replicas.kill(url, now):
+                self.failed(rid, Failure.RESET, now)
+        else:
+            self.back_at[url] = fault.until_s
+            engine = self.replicas.engine(url)
+            for rid in self.replicas.stall(url, now):
+                self.hang(rid, url, engine, now)
+        if fault.restart_after_s is not None:
+            self.heap.at(fault.until_s, FAULT, partial(self.restart, url))
+
+    def restart(self, url: str, now: float) -> None:
+        """The replica is back, empty: what its stalled process held is cut (reset)."""
+        if url not in self.replicas.replicas and url not in self.replicas.draining:
+            return
+        for rid in self.replicas.restart(url):
+            self.hung.pop(rid, None)
+            self.failed(rid, Failure.RESET, now)
+
+    def hang(self, rid: str, url: str, engine: EngineCore, now: float) -> None:
+        """`rid` waits on a stalled replica: its read timeout (silence from now) is due,
+        unless the replica's restart cuts it first (no event then: the run ends on time)."""
+        timeout = self.config.backend_config(url).read_timeout_s * self.config.engine_speedup
+        self.hung[rid] = deadline = now + timeout
+        if deadline < self.back_at[url]:
+            self.heap.at(deadline, FAULT, partial(self.timed_out, rid, url, engine))
+
+    def timed_out(self, rid: str, url: str, engine: EngineCore, now: float) -> None:
+        """The backend's read timeout for a request on a stalled replica, if it still
+        waits there (not preempted, restarted or sent there again since)."""
+        if self.hung.get(rid) != now or self.replicas.stalled_engine(url) is not engine:
+            return
+        del self.hung[rid]
+        if engine.abort(rid, now):
+            self.failed(rid, Failure.TIMEOUT, now)
+
+    def failed(self, rid: str, failure: Failure, now: float) -> None:
+        """Reports the failure to the core as the live relay does; a client that holds
+        tokens keeps them (a resumed request continues from there)."""
+        rec = self.book.records[rid]
+        started = rec.ttft_s is not None
+        if started:
+            self.book.resumed_at[rid] = self.book.produced.get(rid, 0)
+        self.failures[rid] = failure
+        self.event(BackendFailed(rid, failure.reason, started), now)
+
+    def probe_failed(self, url: str, now: float) -> None:
+        self.fleet.on_probe(url, False, now / self.config.engine_speedup)
+
+    def probe(self, now: float) -> None:
+        """The gateway's /health probes that are due (fleet clock: wall seconds)."""
+        speedup = self.config.engine_speedup
+        for url in self.fleet.probes_due(now / speedup):
+            health = self.replicas.health(url)
+            if health is Health.STALLED:  # no answer: it times out
+                self.heap.at(now + self.probe_timeout_s, FAULT, partial(self.probe_failed, url))
+            else:
+                self.fleet.on_probe(url, health is Health.UP, now / speedup)
 
     def scrape(self, now: float, gen: int) -> None:
         if self._stopped(gen):
@@ -276,6 +382,8 @@ class _GatewaySim:
     def tick(self, now: float, gen: int) -> None:
         if self._stopped(gen):
             return
+        if self.probing:
+            self.probe(now)
         self.event(Tick(), now)
         self.heap.at(now + self.tick_s, TICK, lambda t: self.tick(t, gen))
 
@@ -338,6 +446,7 @@ class _GatewaySim:
             gateway=self.gw.stats,
             reprefill_tokens=self.reprefill_tokens,
             routed=dict(self.routed),
+            failovers=dict(self.fleet.failover_outcomes),
             prefix_cache=self.replicas.prefix_cache,
             scaling=None if self.scaler is None else self.scaler.summary(end),
             quota_refused=self.quota_refused,
@@ -355,6 +464,7 @@ def simulate_gateway(
     seed: int = 0,
     fast_forward: bool = True,
     progress: Callable[[float], None] | None = None,
+    faults: Sequence[Fault] = (),
 ) -> GatewaySimResult:
     """Runs `workload` through the gateway policies of `gateway` into `replicas` engine
     replicas behind its router (each of `profile`, or of its own `replica_profiles`), in
@@ -362,10 +472,11 @@ def simulate_gateway(
     With `scaling`, its autoscaler adds and drains replicas from `replicas` on (cold starts
     drawn with `seed`). `fast_forward` applies runs of pure decode steps at once (same
     records, computed faster; `sim.replicas`). `progress(virtual now)` is called now and
-    then (`EventHeap.run`)."""
+    then (`EventHeap.run`). `faults` kill or stall replicas on a schedule (`sim.faults`;
+    a `FaultFileError` names one that is not among `replicas`)."""
     return _GatewaySim(
         workload, engine, profile, gateway, replicas, replica_profiles, scaling, seed,
-        fast_forward,
+        fast_forward, faults,
     ).run(progress)  # fmt: skip
 
 
