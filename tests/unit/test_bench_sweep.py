@@ -136,7 +136,7 @@ def test_sweep_spec_lists_ranges_and_refusals() -> None:
 def test_plan_sweep_checks_the_flags_together() -> None:
     kw = dict(duration_s=30.0, rate_given=False, pattern=None, warmup_s=None,
               cooldown_s=None, ramp_up_s=5.0, rule=(0.9, 0.05), conflicts={})  # fmt: skip
-    spec, window, _, pattern = plan_sweep("rate=1,2", **kw)  # type: ignore[arg-type]
+    _, window, _, pattern = plan_sweep("rate=1,2", **kw)  # type: ignore[arg-type]
     assert (window.warmup_s, window.cooldown_s, pattern) == (3.0, 3.0, "poisson")
     _, window, _, _ = plan_sweep("concurrency=1,2", **kw)  # type: ignore[arg-type]
     assert window.warmup_s == 5.0  # the closed loop's users are all running
