@@ -25,10 +25,14 @@ from burstguard.wire.outcomes import Outcome
 SWEEP_SCHEMA = "burstguard.sweep/1"
 AXES = {"rate": "req/s", "concurrency": "users"}
 MAX_POINTS = 64
-DEFAULT_MIN_GAIN = 0.5
-"""A point's throughput grew when it gained at least this share of what proportional
-growth (throughput x load ratio) would give: 1 scales perfectly, 0 is a plateau. Half
-keeps a noisy window (a few % either way) from ending or extending the growth."""
+KEEP_UP = 0.9
+"""Open loop: a rate is served while the server finishes at least this share of what it
+was offered in the window (both counted over the same realised arrivals, so a Poisson
+schedule's own noise cancels); past saturation the share falls as the queue grows."""
+MIN_GAIN = 0.25
+"""Closed loop: more users still raise throughput while it gains at least this share of
+the users' gain (1: scales perfectly; an engine whose steps slow with the batch gains
+less, 0.3-0.5 measured on smollm2-135m-cpu, and a saturated one ~0)."""
 
 
 @dataclass(frozen=True)
@@ -211,11 +215,53 @@ def _gain(base: Point, p: Point) -> tuple[float, float]:
     return got, p.load / base.load - 1
 
 
-def find_knee(points: Sequence[Point], rule: StopRule, min_gain: float = DEFAULT_MIN_GAIN) -> Knee:
+def keeps_up(p: Point, keep_up: float = KEEP_UP) -> bool:
+    """Open loop: the server finished (nearly) what it was offered in the window."""
+    return p.achieved_rps >= keep_up * p.offered_rps
+
+
+def _throughput_knee(
+    pts: Sequence[Point], axis: str, keep_up: float, min_gain: float
+) -> tuple[int, str | None]:
+    """(index of the last load whose throughput still grew, -1 for none; why the next
+    did not)."""
+    if axis == "rate":
+        for i, p in enumerate(pts):
+            if not keeps_up(p, keep_up):
+                return i - 1, (
+                    f"throughput stopped growing: {p.load:g} finished {p.achieved_rps:.2f} of "
+                    f"{p.offered_rps:.2f} req/s offered ({p.achieved_rps / p.offered_rps:.0%} "
+                    f"< {keep_up:.0%})"
+                )
+        return len(pts) - 1, None
+    # closed loop: against the last load that grew, so one noisy dip does not end the
+    # growth and a noisy bump past saturation does not restart it
+    grew = 0
+    for i in range(1, len(pts)):
+        got, ideal = _gain(pts[grew], pts[i])
+        if got >= min_gain * ideal:
+            grew = i
+    if grew + 1 == len(pts):
+        return grew, None
+    nxt = pts[grew + 1]
+    got, ideal = _gain(pts[grew], nxt)
+    return grew, (
+        f"throughput stopped growing: {nxt.load:g} gave {nxt.achieved_rps:.2f} req/s vs "
+        f"{pts[grew].achieved_rps:.2f} ({got:+.0%} for {ideal:+.0%} load)"
+    )
+
+
+def find_knee(
+    points: Sequence[Point],
+    rule: StopRule,
+    axis: str = "rate",
+    keep_up: float = KEEP_UP,
+    min_gain: float = MIN_GAIN,
+) -> Knee:
     """The knee of a sweep: the lower of (a) the last load before the first that misses
-    `rule` and (b) the last load whose throughput grew by at least `min_gain` x the load
-    ratio over the last load that grew (so one noisy dip neither ends growth nor a noisy
-    bump past saturation restarts it)."""
+    `rule` and (b) the last load whose throughput still grew: open loop (`rate`), the
+    server finished `keep_up` of what it was offered; closed loop (`concurrency`), it
+    gained `min_gain` x the users' gain over the last load that grew."""
     pts = sorted(points, key=lambda p: p.load)
     if not pts:
         return Knee(None, None, [], False, "no points")
@@ -229,26 +275,19 @@ def find_knee(points: Sequence[Point], rule: StopRule, min_gain: float = DEFAULT
         why = rule.miss(pts[0])
         return Knee(None, None, ["slo"], True,
                     f"even the lowest load {pts[0].load:g} misses: {why}")  # fmt: skip
-    grew = 0
-    for i in range(1, len(pts)):
-        got, ideal = _gain(pts[grew], pts[i])
-        if got >= min_gain * ideal:
-            grew = i
+    grew, stalled = _throughput_knee(pts, axis, keep_up, min_gain)
+    if grew < 0:
+        return Knee(None, None, ["throughput"], True,
+                    f"even the lowest load {pts[0].load:g} falls behind: {stalled}")  # fmt: skip
     knee = min(slo_last, grew)
     limited: list[str] = []
     reasons: list[str] = []
     if failed is not None and failed == knee + 1:
         limited.append("slo")
         reasons.append(f"the next load {pts[failed].load:g} misses: {rule.miss(pts[failed])}")
-    if grew == knee and knee + 1 < len(pts):
-        nxt = pts[knee + 1]
-        got, ideal = _gain(pts[knee], nxt)
-        if got < min_gain * ideal:
-            limited.append("throughput")
-            reasons.append(
-                f"throughput stopped growing: {nxt.load:g} gave {nxt.achieved_rps:.2f} req/s "
-                f"vs {pts[knee].achieved_rps:.2f} ({got:+.0%} for {ideal:+.0%} load)"
-            )
+    if grew == knee and stalled is not None:
+        limited.append("throughput")
+        reasons.append(stalled)
     if not limited:
         reasons.append(
             f"every load up to {pts[-1].load:g} met the SLO and grew throughput: the knee "
@@ -264,12 +303,11 @@ def sweep_doc(
     *,
     window: Window,
     slo: Slo,
-    min_gain: float = DEFAULT_MIN_GAIN,
     stopped: str | None = None,
     meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The `burstguard.sweep/1` document (sweep.json)."""
-    knee = find_knee(points, rule, min_gain)
+    knee = find_knee(points, rule, spec.axis)
     return {
         "schema": SWEEP_SCHEMA,
         "axis": spec.axis,
@@ -278,7 +316,7 @@ def sweep_doc(
         "window": asdict(window),
         "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s},
         "stop": asdict(rule),
-        "min_gain": min_gain,
+        "knee_rule": {"keep_up": KEEP_UP, "min_gain": MIN_GAIN},
         "stopped": stopped,
         **(meta or {}),
         "points": [{**asdict(p), "error_rate": p.error_rate} for p in points],

@@ -18,7 +18,6 @@ from burstguard.bench.progress import make_reporter
 from burstguard.bench.records import read_records
 from burstguard.bench.runner import BenchConfig
 from burstguard.bench.sweep import (
-    DEFAULT_MIN_GAIN,
     Point,
     StopRule,
     SweepSpec,
@@ -43,7 +42,6 @@ def run_sweep(
     *,
     pattern: str = "poisson",
     quiet: bool = False,
-    min_gain: float = DEFAULT_MIN_GAIN,
 ) -> dict[str, Any]:
     """Runs the points in turn (open loop at each rate with `pattern`, or a closed loop
     of each many users), writes OUT/sweep.json and returns it."""
@@ -80,8 +78,8 @@ def run_sweep(
             stopped, meta["interrupted"] = "interrupted", True
         elif (why := rule.miss(point)) is not None:
             stopped = f"{label}: {why}"
-        doc = sweep_doc(spec, points, rule, window=window, slo=config.slo, min_gain=min_gain,
-                        stopped=stopped, meta=meta)  # fmt: skip
+        doc = sweep_doc(spec, points, rule, window=window, slo=config.slo, stopped=stopped,
+                        meta=meta)  # fmt: skip
         write_sweep(config.out_dir / "sweep.json", doc)
         if stopped is not None:
             print(f"  stop: {stopped}", flush=True)
