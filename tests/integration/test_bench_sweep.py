@@ -2,7 +2,8 @@
 the knee lies within one step of where the simulator puts it for the same profile and
 shape, judged by the same functions over the same window; the sweep stops after the first
 load that misses, writes each point's run and the evidence, draws its plot, and hands its
-knee to `--scenario steady-vs-burst`. Bad sweep flags exit 2 before any target is asked."""
+knee to `--scenario steady-vs-burst`; a closed-loop sweep's knee is the engine's batch.
+Bad sweep flags exit 2 before any target is asked."""
 
 from __future__ import annotations
 
@@ -55,6 +56,9 @@ def test_the_live_knee_lies_where_the_sim_saturates(tmp_path: Path) -> None:
                      "--speedup", str(SPEEDUP), "--prompt-tokens", "32", "--output-tokens",
                      "16", "--out", str(tmp_path / "scenario"))  # fmt: skip
         missing = run(*scenario, "--steady-from-sweep", str(tmp_path), "--out", str(tmp_path / "x"))
+        users = run("bench", "--target", target, "--sweep", "concurrency=2,4,8", *SHAPE,
+                    "--slo", "ttft=5,tpot=0.5", "--speedup", str(SPEEDUP), "--quiet",
+                    "--out", str(tmp_path / "users"))  # fmt: skip
     print(res.stdout)
     live = doc["knee"]
     sim = find_knee(sim_points(doc), StopRule(**doc["stop"]))
@@ -81,6 +85,11 @@ def test_the_live_knee_lies_where_the_sim_saturates(tmp_path: Path) -> None:
     leg = read_summary(tmp_path / "scenario" / "steady" / "summary.json")
     assert leg["workload"]["mean_rate_rps"] == live["load"] and leg["mode"] == "open"
     assert missing.returncode == 2 and "no such file" in missing.stderr
+    # closed loop: throughput grows until the engine's 4 sequences are full
+    assert users.returncode == 0, users.stderr
+    closed = json.loads((tmp_path / "users" / "sweep.json").read_text())
+    print(users.stdout)
+    assert closed["knee"]["load"] == SEQS and closed["knee"]["limited_by"] == ["throughput"]
 
 
 def test_bad_sweep_flags_exit_2_with_the_reason(tmp_path: Path) -> None:
