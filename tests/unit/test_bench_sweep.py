@@ -188,4 +188,4 @@ def test_the_report_draws_the_sweep_with_its_knee(tmp_path: Path) -> None:
                     window=Window(30, 3, 3), slo=Slo())  # fmt: skip
     page = render_sweep(doc, "t")
     assert "plot-sweep" in page and "knee 3 req\\u002fs" in page  # plotly escapes /
-    assert "Knee: 3 req/s. the next load 4 misses" in page
+    assert "Knee: 3 req/s (the next load 4 misses" in page

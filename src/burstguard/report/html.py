@@ -459,7 +459,7 @@ def render_sweep(doc: dict[str, Any], title: str) -> str:
         head = f"No knee: {knee.get('reason', '')}"
     else:
         bound = "" if knee.get("bounded") else " (at least)"
-        head = f"Knee: {knee['load']:g} {unit}{bound}. {knee.get('reason', '')}"
+        head = f"Knee: {knee['load']:g} {unit}{bound} ({knee.get('reason', '')})"
     win, stop, slo = doc.get("window") or {}, doc.get("stop") or {}, doc.get("slo") or {}
     rule = doc.get("stopped") or "every load ran"
     meta = (

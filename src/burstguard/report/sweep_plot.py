@@ -50,7 +50,8 @@ def sweep_figure(doc: dict[str, Any]) -> go.Figure:
                       annotation_text=label, annotation_position="top left")  # fmt: skip
     fig.update_xaxes(title_text=axis)
     fig.update_yaxes(title_text="requests / s", secondary_y=False, rangemode="tozero")
-    fig.update_yaxes(title_text="TTFT p95 (s)", secondary_y=True, rangemode="tozero")
+    fig.update_yaxes(title_text="TTFT p95 (s)", secondary_y=True, rangemode="tozero",
+                     showgrid=False, tickmode="auto")  # fmt: skip
     fig.update_layout(title="Throughput and TTFT p95 vs offered load", height=440)
     return fig
 
