@@ -75,6 +75,18 @@ def test_noise_of_5_percent_does_not_move_the_knee(seed: int) -> None:
     assert find_knee(users, RULE, "concurrency").load == 8
 
 
+def test_an_open_loop_rate_is_judged_by_what_its_window_offered() -> None:
+    """Measured on the emulator (docs/bench.md): the Poisson schedule at a nominal 0.5
+    req/s held 0.29 req/s in the window, all of it served; against the nominal rate that
+    would read as falling behind."""
+    measured = ((0.5, 0.29, 0.29), (1, 0.83, 0.85), (1.5, 1.38, 1.38), (2, 1.77, 1.75))
+    pts = [point(x, a) for x, _, a in measured]
+    for p, (_, offered, _) in zip(pts, measured, strict=True):
+        p.offered_rps = offered
+    knee = find_knee(pts, RULE, "rate")
+    assert (knee.load, knee.bounded) == (2, False)
+
+
 def test_closed_loop_users_saturate_at_the_engine_batch() -> None:
     """Measured on the emulator (smollm2-135m-cpu, --max-num-seqs 4, docs/bench.md): each
     step slows with the batch, so 2 -> 3 users gained only 20% for +50%, yet throughput
