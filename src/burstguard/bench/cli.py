@@ -17,7 +17,7 @@ from burstguard.workload.synth import PatternSpec
 if TYPE_CHECKING:
     from burstguard.bench.compare import Verdict
 
-_LOAD, _CLIENT, _OUT = "Load", "Client behaviour", "Output"
+_LOAD, _CLIENT, _OUT, _SWEEP = "Load", "Client behaviour", "Output", "Sweep"
 
 
 def _opt(*decls: str, help: str, panel: str = _LOAD, **kw: Any) -> Any:
@@ -143,6 +143,58 @@ def bench(
             panel=_CLIENT,
         ),
     ] = None,
+    sweep: Annotated[
+        str | None,
+        _opt(
+            "--sweep",
+            help="rate=A,B,... (open loop: --pattern, default poisson) or "
+            "concurrency=N,M,... (closed loop); START:STOP:STEP for a range. One leg of "
+            "--duration per load in OUT/NN-AXIS-LOAD/, the knee in OUT/sweep.json",
+            panel=_SWEEP,
+        ),
+    ] = None,
+    warmup: Annotated[
+        float | None,
+        _opt(
+            "--warmup",
+            help="Seconds at each load's start left out of its figures (default: "
+            "duration/10; closed loop: at least --ramp-up)",
+            panel=_SWEEP,
+        ),
+    ] = None,
+    cooldown: Annotated[
+        float | None,
+        _opt(
+            "--cooldown",
+            help="Seconds at each load's end left out (default: duration/10)",
+            panel=_SWEEP,
+        ),
+    ] = None,
+    stop_below_slo: Annotated[
+        float,
+        _opt(
+            "--stop-below-slo",
+            help="Stop after a load whose SLO attainment is below this share",
+            panel=_SWEEP,
+        ),
+    ] = 0.9,
+    stop_above_errors: Annotated[
+        float,
+        _opt(
+            "--stop-above-errors",
+            help="Stop after a load whose share of errors is above this",
+            panel=_SWEEP,
+        ),
+    ] = 0.05,
+    steady_from_sweep: Annotated[
+        Path | None,
+        _opt(
+            "--steady-from-sweep",
+            help="--scenario: the steady leg at this sweep's knee (a --sweep --out "
+            "directory): Poisson at its rate, or its users",
+            panel=_SWEEP,
+        ),
+    ] = None,
 ) -> None:
     """Send bursty or steady load and measure TTFT/TPOT/ITL/E2E per request.
 
@@ -180,7 +232,29 @@ def bench(
         raise UserError("--ramp-up and --think-time must be >= 0")
     chosen = sum(x is not None for x in (pattern_spec, workload_file, concurrency))
     chosen += burst_cycle
-    if scenario is None and chosen != 1:
+    if steady_from_sweep is not None and (
+        scenario is None or chosen or shape_spec.rate is not None
+    ):
+        raise UserError("--steady-from-sweep sets --scenario's steady leg: give --scenario "
+                        "and no --pattern, --rate or --concurrency")  # fmt: skip
+    sweep_plan = None
+    if sweep is not None:
+        from burstguard.bench.sweep import plan_sweep
+
+        try:
+            sweep_plan = plan_sweep(
+                sweep, duration_s=shape_spec.duration_s, rate_given=shape_spec.rate is not None,
+                pattern=None if pattern_spec is None else pattern_spec.pattern,
+                warmup_s=warmup, cooldown_s=cooldown,
+                ramp_up_s=min(10.0, shape_spec.duration_s / 10) if ramp_up is None else ramp_up,
+                rule=(stop_below_slo, stop_above_errors),
+                conflicts={"--workload": workload_file is not None, "--scenario": bool(scenario),
+                           "--concurrency": concurrency is not None, "--burst-cycle": burst_cycle,
+                           "--shard": machine_shard[1] > 1},
+            )  # fmt: skip
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+    elif scenario is None and chosen != 1:
         raise UserError(
             "give exactly one of --pattern NAME, --workload FILE, --concurrency N, --burst-cycle"
         )
@@ -218,6 +292,16 @@ def bench(
         slo=slo_target, seed=shape_spec.seed, cycle=_cycle(shape_spec) if burst_cycle else None,
         workers=workers, start_at=start_at, shard=machine_shard,
     )  # fmt: skip
+    if sweep_plan is not None:
+        _sweep(config, sweep_plan, shape_spec, report, quiet)
+        return
+    if steady_from_sweep is not None:
+        from burstguard.bench.sweep_run import steady_from_sweep as knee_point
+
+        try:
+            pattern_spec, config = knee_point(steady_from_sweep, shape_spec, config)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
     if scenario == "steady-vs-burst":
         from burstguard.report.cli import exit_on
 
@@ -261,7 +345,7 @@ def parse_shard(text: str | None) -> tuple[int, int]:
 
 def _check_out(out: Path, force: bool) -> None:
     held = [p for p in (out / "records.jsonl", out / "summary.json") if p.exists()]
-    held += [p for p in (out / "steady", out / "burst") if p.exists()]
+    held += [p for p in (out / "steady", out / "burst", out / "sweep.json") if p.exists()]
     if held and not force:
         raise UserError(f"{out} already holds a run ({held[0].name}); use --force or a new --out")
 
@@ -287,6 +371,24 @@ def _workload(
     if len(workload) == 0:
         raise UserError("the workload has no requests")
     return workload
+
+
+def _sweep(
+    config: Any, plan: Any, shape_spec: PatternSpec, report: Path | None, quiet: bool
+) -> None:
+    """`--sweep`: the points (bench.sweep_run), the table and knee, the HTML report."""
+    from burstguard.bench.sweep_run import print_sweep, run_sweep
+
+    spec, window, rule, pattern = plan
+    doc = run_sweep(config, spec, shape_spec, window, rule, pattern=pattern, quiet=quiet)
+    if report is not None:
+        from burstguard.report.html import write_sweep_report
+
+        write_sweep_report(doc, report, title=f"burstguard sweep: {config.target}")
+        print(f"report written to {report}")
+    print_sweep(doc, config.out_dir)
+    if doc["interrupted"]:
+        raise typer.Exit(code=130)
 
 
 def _cycle(shape_spec: PatternSpec) -> Any:

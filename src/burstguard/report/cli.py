@@ -208,18 +208,36 @@ def exit_on(verdict: Verdict) -> None:
 
 
 def report_cmd(
-    runs: Annotated[list[Path], typer.Argument(help="run dirs or summary files, side by side")],
+    runs: Annotated[
+        list[Path],
+        typer.Argument(help="run dirs or summary files, side by side; or a `bench --sweep` dir"),
+    ],
     out: Annotated[Path, typer.Option(help="the HTML file to write")] = Path("report.html"),
     title: Annotated[str, typer.Option(help="page title")] = "burstguard run",
 ) -> None:
     """Write a self-contained HTML report of one run, or several side by side."""
     from burstguard.report.html import write_compare_report, write_run_report
 
+    if len(runs) == 1 and (runs[0] / "sweep.json").is_file():
+        _sweep_report(runs[0], out, title)
+        return
     loaded = [(leg_label(p), *load_run(p)) for p in runs]
     if len(loaded) == 1:
         write_run_report(loaded[0][1], loaded[0][2], out, title=title)
     else:
         write_compare_report(loaded, None, out, title=title)
+    print(f"report written to {out}")
+
+
+def _sweep_report(path: Path, out: Path, title: str) -> None:
+    from burstguard.bench.sweep import read_sweep
+    from burstguard.report.html import write_sweep_report
+
+    try:
+        doc = read_sweep(path)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    write_sweep_report(doc, out, title="burstguard sweep" if title == "burstguard run" else title)
     print(f"report written to {out}")
 
 

@@ -448,3 +448,53 @@ def write_compare_report(
 ) -> None:
     """Several runs side by side (compare `--report`, the scenario, the demo)."""
     _write(path, render(legs, title, verdict, notes))
+
+
+def render_sweep(doc: dict[str, Any], title: str) -> str:
+    """A sweep's page: the knee and why, each point's figures, the one sweep plot."""
+    from burstguard.report.sweep_plot import SWEEP_HEADER, sweep_figure, sweep_rows
+
+    knee, unit = doc.get("knee") or {}, doc.get("unit", "")
+    if knee.get("load") is None:
+        head = f"No knee: {knee.get('reason', '')}"
+    else:
+        bound = "" if knee.get("bounded") else " (at least)"
+        head = f"Knee: {knee['load']:g} {unit}{bound} ({knee.get('reason', '')})"
+    win, stop, slo = doc.get("window") or {}, doc.get("stop") or {}, doc.get("slo") or {}
+    rule = doc.get("stopped") or "every load ran"
+    meta = (
+        f"Each load: {win.get('duration_s', 0):g} s, figures over "
+        f"[{win.get('warmup_s', 0):g}, {win.get('duration_s', 0) - win.get('cooldown_s', 0):g})"
+        f" s. SLO: TTFT &le; {slo.get('ttft_s', 0) * 1000:.0f} ms and TPOT &le; "
+        f"{slo.get('tpot_s', 0) * 1000:.0f} ms; stop below "
+        f"{stop.get('min_slo_attainment', 0):.0%} attainment or above "
+        f"{stop.get('max_error_rate', 0):.0%} errors (stopped: {html.escape(str(rule))})."
+    )
+    passed = {i for i, p in enumerate(doc["points"])
+              if p["slo_attainment"] is not None
+              and p["slo_attainment"] >= stop.get("min_slo_attainment", 0)}  # fmt: skip
+    css = ["pass" if i in passed else "fail" for i in range(len(doc["points"]))]
+    made = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style>",
+        f'<script type="text/javascript">{get_plotlyjs()}</script>',
+        "</head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        f'<p class="meta">burstguard sweep · {made} · target: '
+        f"{html.escape(str(doc.get('target', '?')))}</p>",
+        f'<p class="verdict">{html.escape(head)}</p>',
+        "<h2>Points</h2>",
+        _table([f"{doc.get('axis', 'load')} ({unit})", *SWEEP_HEADER[1:]], sweep_rows(doc), css),
+        f'<p class="meta">{meta}</p>',
+        "<h2>Plot</h2>",
+        _fig_html(sweep_figure(doc), "plot-sweep"),
+        "</body></html>",
+    ]
+    return "\n".join(parts)
+
+
+def write_sweep_report(doc: dict[str, Any], path: Path, title: str = "burstguard sweep") -> None:
+    """A sweep's report (bench --sweep --report, `burstguard report SWEEP_DIR`)."""
+    _write(path, render_sweep(doc, title))
