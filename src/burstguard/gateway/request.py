@@ -25,6 +25,9 @@ class GatewayRequest:
     resumable: bool = True  # the shell can continue it after a preemption (a token-id
     # prompt's stream cannot be continued with text: its class's preemptions skip it)
     prefix_hashes: tuple[int, ...] = ()  # its prompt's leading block hashes (prefix affinity)
+    # the backends it may go to (a Gateway API gateway's subset hint); None: any. While
+    # none of them has room it waits, and so does what is queued behind it in order
+    allowed: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
