@@ -270,8 +270,9 @@ class EppConfig(_Strict):
         "ttft_target_s meets it, where no key tier, class or objective names one",
     )  # fmt: skip
     fallbacks: int = Field(
-        2, ge=0, le=8, description="other healthy endpoints named after the pick, for Envoy's "
-        "retries (they bypass the queue: counted, not admitted)",
+        0, ge=0, le=8, description="other healthy endpoints named after the pick, for a "
+        "gateway that retries on them (they bypass the queue); 0 for plain Envoy, whose "
+        "ORIGINAL_DST cluster reads one address (a list there finds no host: 503)",
     )  # fmt: skip
 
 

@@ -312,10 +312,13 @@ class EndpointPicker:
                     await context.write(answer)
         finally:
             ex = st.ex
-            if ex is not None and ex.outcome is None:  # hung up, or Envoy reset it
-                ex.outcome = Outcome.CANCELLED
-                self.event(Cancel(ex.rid))
-                self._close(ex)
+            if ex is not None and ex.outcome is None:
+                if ex.status == 200 and ex.relay is not None and ex.relay.finished():
+                    self._answered(st)  # whole: its client closed after `[DONE]` (openai's SDK)
+                else:  # hung up, or Envoy reset it
+                    ex.outcome = Outcome.CANCELLED
+                    self.event(Cancel(ex.rid))
+                    self._close(ex)
 
     async def _on(self, st: _Stream, msg: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
         kind = msg.WhichOneof("request")
