@@ -27,11 +27,13 @@ __all__ = [
     "CHUNK_BYTES",
     "endpoint_of",
     "header_map",
+    "headers_answer",
     "immediate",
     "pick",
     "served_endpoint",
     "streamed_body",
     "subset_hint",
+    "trailers_answer",
 ]
 
 CHUNK_BYTES = 62 * 1024
