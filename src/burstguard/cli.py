@@ -41,6 +41,7 @@ def _register_all() -> None:
     from burstguard.emulator import cli as emulator_cli
     from burstguard.engines import cli as engines_cli
     from burstguard.gateway import cli as gateway_cli
+    from burstguard.gateway.epp import cli as epp_cli
     from burstguard.report import cli as report_cli
     from burstguard.sim import cli as sim_cli
     from burstguard.workload import cli as workload_cli
@@ -52,6 +53,7 @@ def _register_all() -> None:
         bench_cli,
         calibrate_cli,
         gateway_cli,
+        epp_cli,
         engines_cli,
         report_cli,
         deploy_cli,

@@ -40,7 +40,7 @@ def objects(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 def test_every_overlay_renders_validates_and_lints_clean(checked: tree.TreeCheck) -> None:
-    assert set(checked.rendered) == {"single-engine", "fleet-keda", "fleet-predictive"}
+    assert set(checked.rendered) == {"single-engine", "fleet-keda", "fleet-predictive", "epp"}
     assert checked.problems == []
     kinds = {name: {d["kind"] for d in docs} for name, docs in checked.rendered.items()}
     common = {"Deployment", "Service", "ConfigMap", "PodDisruptionBudget", "ServiceMonitor",
@@ -181,7 +181,9 @@ def test_slo_rules_use_the_configs_targets_and_real_bucket_bounds(checked: tree.
 
 def test_graceful_stop_fits_the_grace_period(checked: tree.TreeCheck) -> None:
     drain_s = inspect.signature(HttpServer.serve).parameters["drain_s"].default
-    for docs in checked.rendered.values():
+    for name, docs in checked.rendered.items():
+        if name == "epp":  # no standalone gateway there (test_the_epp_overlay_hangs_together)
+            continue
         gw = next(
             d for d in objects(docs, "Deployment") if d["metadata"]["name"] == "burstguard-gateway"
         )
@@ -191,6 +193,46 @@ def test_graceful_stop_fits_the_grace_period(checked: tree.TreeCheck) -> None:
         assert pod["terminationGracePeriodSeconds"] >= pre_stop + drain_s
         assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
         assert container["livenessProbe"]["httpGet"]["path"] == "/health"
+
+
+def test_the_epp_overlay_hangs_together(checked: tree.TreeCheck) -> None:
+    """Gateway -> HTTPRoute -> InferencePool -> the picker's Service and port -> the picker,
+    which discovers the pool's pods through the engines' headless Service, exports the
+    gateway's metric names to the ServiceMonitor the rules read, and runs without
+    preemption (EPP mode); a typo in the pool is caught offline."""
+    from burstguard.gateway.epp.server import epp_config
+
+    docs = checked.rendered["epp"]
+    deployments = {d["metadata"]["name"]: d for d in objects(docs, "Deployment")}
+    assert "burstguard-gateway" not in deployments
+    picker = deployments["burstguard-epp"]["spec"]["template"]["spec"]["containers"][0]
+    assert picker["args"][0] == "epp"
+    assert {picker["readinessProbe"]["grpc"]["service"],
+            picker["livenessProbe"]["grpc"]["service"]} == {"readiness", "liveness"}  # fmt: skip
+    services = {d["metadata"]["name"]: d for d in objects(docs, "Service")}
+    pool = objects(docs, "InferencePool")[0]
+    route = objects(docs, "HTTPRoute")[0]
+    assert route["spec"]["rules"][0]["backendRefs"][0] == {
+        "group": "inference.networking.k8s.io", "kind": "InferencePool",
+        "name": pool["metadata"]["name"]}  # fmt: skip
+    ref = pool["spec"]["endpointPickerRef"]
+    grpc_port = {p["name"]: p["port"] for p in services[ref["name"]]["spec"]["ports"]}["grpc"]
+    cfg = GatewayConfig.from_dict(gateway_config(docs))
+    assert ref["port"]["number"] == grpc_port == cfg.epp.grpc_port
+    engines = services["vllm-engine"]["spec"]
+    assert cfg.fleet.discovery.dns is not None and cfg.fleet.discovery.dns.name == "vllm-engine"
+    assert engines["selector"] == pool["spec"]["selector"]["matchLabels"]
+    assert pool["spec"]["targetPorts"][0]["number"] == engines["ports"][0]["port"]
+    monitor = objects(docs, "ServiceMonitor")[0]["spec"]
+    labels = services["burstguard-epp"]["metadata"]["labels"]
+    assert monitor["selector"]["matchLabels"].items() <= labels.items()
+    metrics_port = {p["name"]: p["port"] for p in services["burstguard-epp"]["spec"]["ports"]}
+    assert metrics_port[monitor["endpoints"][0]["port"]] == cfg.epp.metrics_port
+    assert epp_config(cfg)[1] == []  # nothing in it needs turning off
+    bad = copy.deepcopy(pool)
+    bad["spec"]["endpointPickerRef"]["failuremode"] = "FailOpen"
+    crds = manifests.CrdSchemas.from_dir(DEPLOY / "crds")
+    assert manifests.validate(bad, crds) != []
 
 
 @pytest.mark.parametrize(

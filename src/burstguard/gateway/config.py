@@ -311,6 +311,33 @@ def _default_classes() -> tuple[ClassConfig, ...]:
     )
 
 
+class EppConfig(_Strict):
+    """`burstguard epp`, the Endpoint Picker behind a Gateway API gateway (docs/epp.md): its
+    ports, and the request headers it classifies by besides the gateway's own."""
+
+    grpc_port: int = Field(
+        9002, ge=0, le=65535, description="ext_proc and the gRPC health services (GAIE's port)"
+    )
+    metrics_port: int = Field(9090, ge=0, le=65535, description="HTTP /metrics, /health, /ready")
+    objective_header: str = headers.OBJECTIVE
+    objectives: dict[str, str] = Field(
+        default_factory=dict, description="InferenceObjective name -> class (an objective "
+        "named like a class is that class; any other is not a class choice)",
+    )  # fmt: skip
+    fairness_header: str = Field(
+        headers.FAIRNESS_ID, description="the tenant, where the tenant header is absent"
+    )
+    slo_ttft_header: str = Field(
+        headers.SLO_TTFT_MS, description="a TTFT objective (ms): the cheapest class whose "
+        "ttft_target_s meets it, where no key tier, class or objective names one",
+    )  # fmt: skip
+    fallbacks: int = Field(
+        0, ge=0, le=8, description="other healthy endpoints named after the pick, for a "
+        "gateway that retries on them (they bypass the queue); 0 for plain Envoy, whose "
+        "ORIGINAL_DST cluster reads one address (a list there finds no host: 503)",
+    )  # fmt: skip
+
+
 class GatewayConfig(_Strict):
     """The whole gateway: where to listen, backends, keys, classes, policy, admission."""
 
@@ -344,6 +371,7 @@ class GatewayConfig(_Strict):
     autoscaler: AutoscalerConfig | None = None
     fleet: FleetConfig = FleetConfig()
     quotas: QuotaConfig = QuotaConfig()
+    epp: EppConfig = EppConfig()
 
     @model_validator(mode="after")
     def _check(self) -> GatewayConfig:
@@ -364,6 +392,9 @@ class GatewayConfig(_Strict):
                 raise ValueError(
                     f"classes: {c.name}: min_in_flight_fraction exceeds max_in_flight_fraction"
                 )
+        for name, cls in self.epp.objectives.items():
+            if cls not in names:
+                raise ValueError(f"epp.objectives.{name}: {cls!r} is not one of {names}")
         for i, k in enumerate(self.api_keys):
             if k.tier not in names:
                 raise ValueError(f"api_keys.{i}.tier: {k.tier!r} is not one of {names}")

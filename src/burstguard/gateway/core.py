@@ -605,7 +605,7 @@ class GatewayCore:
         return aged or not mine or mine + e.cost <= cls.max_in_flight_fraction * lim.tokens
 
     def _route(self, e: Entry, now: float) -> str | None:
-        route = RouteRequest(e.cost, e.req.prefix_hashes)
+        route = RouteRequest(e.cost, e.req.prefix_hashes, e.req.allowed)
         return self.fleet.route(e.req.id, route, self._fnow(now))
 
     def _release(self, e: Entry, now: float, out: list[Effect], backend: str) -> None:

@@ -19,6 +19,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from burstguard.client.retry import RETRY_COUNT_HEADER
+from burstguard.gateway.core import GatewayCore
+from burstguard.gateway.request import BackendState
 from burstguard.wire.outcomes import Outcome
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -98,6 +100,45 @@ class GaugeSnapshot:
     quota_buckets: int | None = None  # local quota buckets (None: no quotas configured)
     quota_local_share: int | None = None  # N while quotas are enforced locally as quota/N
     extra: Mapping[str, float] = field(default_factory=dict)
+
+
+def core_snapshot(core: GatewayCore, quota_local_share: int | None = None) -> GaugeSnapshot:
+    """The gauges of a core (the standalone gateway's and the Endpoint Picker's alike);
+    `quota_local_share`: the shell's word on Redis (`GaugeSnapshot.quota_local_share`)."""
+    s = core.stats
+    states = list(core.backend_states.values())
+    b = _total(states) if states else None
+    return GaugeSnapshot(
+        queue_depth=s.queue_depth,
+        queue_tokens=sum(s.queue_tokens.values()),
+        in_flight=s.in_flight_requests,
+        in_flight_tokens=s.in_flight_tokens,
+        in_flight_cap=int(s.limit_requests),
+        in_flight_tokens_cap=None if math.isinf(s.limit_tokens) else int(s.limit_tokens),
+        service_rate=s.service_rate,
+        backend_waiting=None if b is None or b.waiting is None else float(b.waiting),
+        backend_running=None if b is None or b.running is None else float(b.running),
+        backend_kv_usage=b.kv_usage if b is not None else None,
+        fairness_tenants=s.fairness_tenants,
+        tenant_overflow=s.tenant_overflow,
+        quota_buckets=s.quota_buckets if core.quotas.enabled else None,
+        quota_local_share=quota_local_share,
+    )
+
+
+def _total(states: list[BackendState]) -> BackendState:
+    """The fleet's engines as one: waiting and running summed, KV usage averaged."""
+
+    def add(xs: list[int | None]) -> int | None:
+        known = [x for x in xs if x is not None]
+        return sum(known) if known else None
+
+    kv = [st.kv_usage for st in states if st.kv_usage is not None]
+    return BackendState(
+        add([st.waiting for st in states]),
+        add([st.running for st in states]),
+        sum(kv) / len(kv) if kv else None,
+    )
 
 
 class _SnapshotCollector(Collector):

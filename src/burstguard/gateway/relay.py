@@ -173,6 +173,12 @@ class SseRelay:
             return event if choice.get("finish_reason") is not None else None
         return event
 
+    def flush(self) -> bytes:
+        """What an edited stream still holds at its end (an event the backend never closed
+        with a blank line): passed on as it came."""
+        rest, self._buf = self._buf, b""
+        return rest
+
     def finished(self) -> bool:
         """The stream said why it ended (its last choice chunk carries a finish_reason)."""
         return says_why_it_ended(self.tail)

@@ -26,6 +26,9 @@ class GatewayRequest:
     # prompt's stream cannot be continued with text: its class's preemptions skip it)
     prefix_hashes: tuple[int, ...] = ()  # its prompt's leading block hashes (prefix affinity)
     key_id: str | None = None  # its API key's id (`quota.key_id`), for a key's own quota
+    # the backends it may go to (a Gateway API gateway's subset hint); None: any. While
+    # none of them has room it waits, and so does what is queued behind it in order
+    allowed: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,7 +107,13 @@ from burstguard.gateway.fleet.fleet import Fleet
 from burstguard.gateway.fleet.metrics import FleetCollector
 from burstguard.gateway.fleet.monitor import FleetMonitor
 from burstguard.gateway.fleet.shared_state import SharedState
-from burstguard.gateway.metrics import CONTENT_TYPE, GatewayMetrics, GaugeSnapshot, is_retry
+from burstguard.gateway.metrics import (
+    CONTENT_TYPE,
+    GatewayMetrics,
+    GaugeSnapshot,
+    core_snapshot,
+    is_retry,
+)
 from burstguard.gateway.quota import Verdict
 from burstguard.gateway.relay import SseRelay, json_tokens, resume_body, upstream_body
 from burstguard.gateway.request import BackendState, GatewayRequest
@@ -826,25 +832,7 @@ class Gateway:
         resp.send(200, self._openapi, [JSON_HEADER])
 
     def _snapshot(self) -> GaugeSnapshot:
-        s = self.core.stats
-        states = list(self.core.backend_states.values())
-        b = _total(states) if states else None
-        return GaugeSnapshot(
-            queue_depth=s.queue_depth,
-            queue_tokens=sum(s.queue_tokens.values()),
-            in_flight=s.in_flight_requests,
-            in_flight_tokens=s.in_flight_tokens,
-            in_flight_cap=int(s.limit_requests),
-            in_flight_tokens_cap=None if math.isinf(s.limit_tokens) else int(s.limit_tokens),
-            service_rate=s.service_rate,
-            backend_waiting=None if b is None or b.waiting is None else float(b.waiting),
-            backend_running=None if b is None or b.running is None else float(b.running),
-            backend_kv_usage=b.kv_usage if b is not None else None,
-            fairness_tenants=s.fairness_tenants,
-            tenant_overflow=s.tenant_overflow,
-            quota_buckets=s.quota_buckets if self.core.quotas.enabled else None,
-            quota_local_share=self._quota_share(),
-        )
+        return core_snapshot(self.core, quota_local_share=self._quota_share())
 
     def _quota_share(self) -> int | None:
         """N while this replica enforces quota/N alone (Redis lost), 1 while Redis charges
@@ -855,21 +843,6 @@ class Gateway:
 
 
 Route = Callable[[HttpRequest, Responder], Awaitable[None]]
-
-
-def _total(states: list[BackendState]) -> BackendState:
-    """The fleet's engines as one: waiting and running summed, KV usage averaged."""
-
-    def add(xs: list[int | None]) -> int | None:
-        known = [x for x in xs if x is not None]
-        return sum(known) if known else None
-
-    kv = [st.kv_usage for st in states if st.kv_usage is not None]
-    return BackendState(
-        add([st.waiting for st in states]),
-        add([st.running for st in states]),
-        sum(kv) / len(kv) if kv else None,
-    )
 
 
 def _round(x: float | None) -> float | None:

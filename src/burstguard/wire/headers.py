@@ -13,3 +13,13 @@ TENANT = "x-burstguard-tenant"
 FAIRNESS_ID = "x-llm-d-inference-fairness-id"
 SLO_TTFT_MS = "x-slo-ttft-ms"
 SLO_TPOT_MS = "x-slo-tpot-ms"
+
+# The Gateway API Inference Extension's Endpoint Picker protocol (`burstguard epp`): the
+# InferenceObjective a request names, the endpoint picked (as a header and as the same key
+# in Envoy's `envoy.lb` dynamic metadata), the gateway's subset hint, and what served it.
+OBJECTIVE = "x-gateway-inference-objective"
+DESTINATION = "x-gateway-destination-endpoint"
+DESTINATION_SUBSET = "x-gateway-destination-endpoint-subset"
+DESTINATION_SERVED = "x-gateway-destination-endpoint-served"
+LB_NAMESPACE = "envoy.lb"
+SUBSET_NAMESPACE = "envoy.lb.subset_hint"

@@ -193,11 +193,18 @@ class Fleet:
         (the core keeps it queued). Counts it in that backend's in flight."""
         if request_id in self._attempts:
             raise ValueError(f"request {request_id!r} is already routed")
-        url = self.router.pick(req, self.views(now))
+        url = self.router.pick(req, self._allowed(req, self.views(now)))
         if url is not None:
             self.budget.on_request(now)
             self._send(request_id, _Attempt(req, url, [url]), now)
         return url
+
+    @staticmethod
+    def _allowed(req: RouteRequest, views: list[BackendView]) -> list[BackendView]:
+        """The views a request restricted to some backends (a subset hint) may use."""
+        if req.allowed is None:
+            return views
+        return [v for v in views if v.url in req.allowed]
 
     def load(self, url: str) -> tuple[int, int]:
         """(requests, tokens) in flight on `url` (0, 0 once forgotten): the fleet is the one
@@ -288,7 +295,7 @@ class Fleet:
         self._leave(request_id, a)
         outcome, url = "not_retryable", None
         if retryable:
-            views = self.views(now, exclude=a.tried)
+            views = self._allowed(a.req, self.views(now, exclude=a.tried))
             if not views:
                 outcome = "no_backend"
             elif not any(v.has_room for v in views):

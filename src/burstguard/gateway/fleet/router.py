@@ -46,11 +46,13 @@ from burstguard.gateway.fleet.config import RouterConfig
 
 @dataclass(frozen=True, slots=True)
 class RouteRequest:
-    """What the router knows of a request: its tokens (prompt + predicted output) and the
-    hashes of its prompt's leading 16-token blocks (empty: no affinity)."""
+    """What the router knows of a request: its tokens (prompt + predicted output), the
+    hashes of its prompt's leading 16-token blocks (empty: no affinity) and the backends
+    it is restricted to (a gateway's subset hint; None: any)."""
 
     tokens: int
     prefix_hashes: tuple[int, ...] = ()
+    allowed: frozenset[str] | None = None  # the backends it may go to (None: any)
 
 
 @dataclass(frozen=True, slots=True)
