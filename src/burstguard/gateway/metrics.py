@@ -80,6 +80,26 @@ class ArrivalWindows:
         return max(bins) / mean if mean > 0 else 0.0
 
 
+@dataclass(slots=True)
+class WorkCounts:
+    """Token work as running totals, kept by each shell (live server, simulator) so the
+    autoscaler reads the same counters in both: prompt tokens as requests arrive (the
+    prefill asked for), and prompt and output tokens of completed requests (the work
+    served). Exported as `burstguard_prompt_tokens_total`,
+    `burstguard_completed_prompt_tokens_total` and `burstguard_output_tokens_total`."""
+
+    prompt_tokens: int = 0
+    completed_prompt_tokens: int = 0
+    output_tokens: int = 0
+
+    def arrived(self, prompt_tokens: int) -> None:
+        self.prompt_tokens += prompt_tokens
+
+    def completed(self, prompt_tokens: int, output_tokens: int) -> None:
+        self.completed_prompt_tokens += prompt_tokens
+        self.output_tokens += output_tokens
+
+
 @dataclass(frozen=True, slots=True)
 class GaugeSnapshot:
     """What the gauges show, taken from the core and the backend poller at scrape time."""
@@ -249,6 +269,19 @@ class GatewayMetrics:
         self.output_tokens = Counter(
             "burstguard_output_tokens", "Output tokens streamed to clients", ["class"], registry=r
         )
+        self.prompt_tokens = Counter(
+            "burstguard_prompt_tokens",
+            "Prompt tokens of arriving requests (prefill work asked for), by class",
+            ["class"],
+            registry=r,
+        )
+        self.completed_prompt_tokens = Counter(
+            "burstguard_completed_prompt_tokens",
+            "Prompt tokens of completed requests (prefill work served), by class",
+            ["class"],
+            registry=r,
+        )
+        self.work = WorkCounts()  # the same totals, unlabelled, for the autoscaler
         self.preemptions = Counter(
             "burstguard_preemptions",
             "In-flight requests the gateway preempted for a better class (each resumed later)",
@@ -300,6 +333,8 @@ class GatewayMetrics:
         self.rejections_of = functools.cache(self.rejections.labels)
         self.retry_after_of = functools.cache(self.retry_after.labels)
         self.output_tokens_of = functools.cache(self.output_tokens.labels)
+        self.prompt_tokens_of = functools.cache(self.prompt_tokens.labels)
+        self.completed_prompt_tokens_of = functools.cache(self.completed_prompt_tokens.labels)
         self.preemptions_of = functools.cache(self.preemptions.labels)
         self.queue_wait_of = functools.cache(self.queue_wait.labels)
         self.ttft_of = functools.cache(self.ttft.labels)
@@ -309,6 +344,16 @@ class GatewayMetrics:
         if retry:
             self.retried_of(cls).inc()
         self.windows.add(self._clock())
+
+    def prompt_arrived(self, cls: str, prompt_tokens: int) -> None:
+        self.prompt_tokens_of(cls).inc(prompt_tokens)
+        self.work.arrived(prompt_tokens)
+
+    def completed(self, cls: str, prompt_tokens: int, output_tokens: int) -> None:
+        """A completed request's tokens: the work it took served."""
+        self.output_tokens_of(cls).inc(output_tokens)
+        self.completed_prompt_tokens_of(cls).inc(prompt_tokens)
+        self.work.completed(prompt_tokens, output_tokens)
 
     def shed(self, cls: str, retry_after_s: int) -> None:
         """A 429 sent, with the Retry-After its client was told."""

@@ -28,6 +28,7 @@ from burstguard.autoscale import (
     Signals,
     StopReplica,
 )
+from burstguard.autoscale.prior import ProfilePrior
 from burstguard.gateway.config import GatewayConfig
 from burstguard.sim.heap import EventHeap
 from burstguard.sim.replicas import ReplicaSet, replica_id
@@ -68,8 +69,10 @@ class ScalingDriver:
         self.discovery_lag_s = discovery_lag_s
         self.replicas = replicas
         self.policy = policy
+        # a predictive policy's capacity prior: the replicas' own engine profile
+        prior = ProfilePrior(replicas.engine_config, replicas.profile)
         self.controller: ScalingController = policy.build_controller(
-            initial_replicas=initial, seed=seed, start=0.0
+            initial_replicas=initial, seed=seed, start=0.0, prior=prior
         )
         self._signals = signals
         self._active = active

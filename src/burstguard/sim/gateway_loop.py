@@ -62,6 +62,7 @@ from burstguard.gateway.events import (
     Tick,
 )
 from burstguard.gateway.fleet.fleet import Fleet
+from burstguard.gateway.metrics import WorkCounts
 from burstguard.gateway.request import GatewayRequest
 from burstguard.sim.autoscaling import ScalingDriver, discovery_lag_s
 from burstguard.sim.heap import EventHeap
@@ -138,6 +139,7 @@ class _GatewaySim:
         self._clocked = False  # the tick and scrape are scheduled
         self._generation = 0  # bumped when they stop: a stopped one scheduled before drops
         self.arrivals = 0
+        self.work = WorkCounts()  # token counters, as the live gateway's /metrics
         self.scaler = (
             None
             if scaling is None
@@ -151,7 +153,8 @@ class _GatewaySim:
         spec = self.workload.spec(i)
         self.arrivals += 1
         cls = self.config.class_by_name(spec.priority_class).name
-        self.book.open(spec, served_prompt(spec, self.profile), priority_class=cls)
+        rec = self.book.open(spec, served_prompt(spec, self.profile), priority_class=cls)
+        self.work.arrived(rec.prompt_tokens or 0)
         self.max_tokens[spec.id] = spec.max_tokens
         if not self._clocked:  # the gateway wakes from idle: its periodic events restart
             self._clocked = True
@@ -238,7 +241,9 @@ class _GatewaySim:
         return True
 
     def _signals(self) -> dict[str, float]:
-        return gateway_signals(self.gw.stats, self.arrivals)
+        return gateway_signals(
+            self.gw.stats, self.arrivals, self.work, self.gw.backend_states.values()
+        )
 
     def _scaling_active(self) -> bool:
         return self.arrivals < len(self.workload) or not self._idle()
@@ -256,7 +261,7 @@ class _GatewaySim:
         for rid in events.first_token:
             self.event(FirstToken(rid), now)
         for rid in events.finished:
-            self.event(Finish(rid, self.book.produced.get(rid, 0)), now)
+            self.finish(rid, now)
 
     def run_end(self, replica: str, run: DecodeRun, now: float) -> None:
         """A fast-forwarded run of decode steps (`sim.replicas`), ending at `now`: the
@@ -266,7 +271,12 @@ class _GatewaySim:
         if self.recorder is not None and replica == replica_id(0):
             self.recorder.observe(now, sum(k for _, k, _ in run.tokens), len(run.ends))
         for rid in run.finished:
-            self.event(Finish(rid, self.book.produced.get(rid, 0)), now)
+            self.finish(rid, now)
+
+    def finish(self, rid: str, now: float) -> None:
+        produced = self.book.produced.get(rid, 0)
+        self.work.completed(self.book.records[rid].prompt_tokens or 0, produced)
+        self.event(Finish(rid, produced), now)
 
     # -- the run -----------------------------------------------------------------------
 

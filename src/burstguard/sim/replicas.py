@@ -80,6 +80,7 @@ class ReplicaSet:
         `on_run`: gets fast-forwarded decode runs (None: every step one at a time)."""
         self._heap = heap
         self._engine_cfg = engine
+        self.engine_config = engine
         self.profile = profile
         self._fleet = fleet
         self._on_step = on_step
