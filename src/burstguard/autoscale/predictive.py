@@ -332,8 +332,7 @@ class PredictiveAutoscaler:
         what is queued by then (the queue now plus what the current ones fall behind
         today's rate meanwhile). The queue's work: its requests x the mix's tokens."""
         p = self.params
-        mix = self._work.prompt_per_request() * (1 + self._work.output_ratio())
-        queued = queue * (mix if self._work.tokens and mix > 0 else 1.0)
+        queued = queue * self._work.tokens_per_request
         lead, drain = self.lead_time_s, p.backlog_drain_s
         keep_up = math.ceil((queued / (lead + drain) + lam) / mu - 1e-9)
         if keep_up <= current:

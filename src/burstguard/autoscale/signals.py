@@ -22,6 +22,8 @@ SIGNAL_NAMES = (
     "burstguard_arrivals_total",
     "llm_request_total",
     "burstguard_prompt_tokens_total",
+    "burstguard_refused_prompt_tokens_total",
+    "burstguard_completed_requests_total",
     "burstguard_completed_prompt_tokens_total",
     "burstguard_output_tokens_total",
     "burstguard_backend_waiting_requests",
@@ -46,6 +48,8 @@ def gateway_signals(
     }
     if work is not None:
         out["burstguard_prompt_tokens_total"] = float(work.prompt_tokens)
+        out["burstguard_refused_prompt_tokens_total"] = float(work.refused_prompt_tokens)
+        out["burstguard_completed_requests_total"] = float(work.completed_requests)
         out["burstguard_completed_prompt_tokens_total"] = float(work.completed_prompt_tokens)
         out["burstguard_output_tokens_total"] = float(work.output_tokens)
     states = list(backends)

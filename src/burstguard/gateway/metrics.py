@@ -84,18 +84,23 @@ class ArrivalWindows:
 class WorkCounts:
     """Token work as running totals, kept by each shell (live server, simulator) so the
     autoscaler reads the same counters in both: prompt tokens as requests arrive (the
-    prefill asked for), and prompt and output tokens of completed requests (the work
-    served). Exported as `burstguard_prompt_tokens_total`,
-    `burstguard_completed_prompt_tokens_total` and `burstguard_output_tokens_total`."""
+    prefill asked for), those of requests the backend refused (never served), and the
+    requests completed with their prompt and output tokens (the work served)."""
 
     prompt_tokens: int = 0
+    refused_prompt_tokens: int = 0
+    completed_requests: int = 0
     completed_prompt_tokens: int = 0
     output_tokens: int = 0
 
     def arrived(self, prompt_tokens: int) -> None:
         self.prompt_tokens += prompt_tokens
 
+    def refused(self, prompt_tokens: int) -> None:
+        self.refused_prompt_tokens += prompt_tokens
+
     def completed(self, prompt_tokens: int, output_tokens: int) -> None:
+        self.completed_requests += 1
         self.completed_prompt_tokens += prompt_tokens
         self.output_tokens += output_tokens
 
@@ -275,6 +280,18 @@ class GatewayMetrics:
             ["class"],
             registry=r,
         )
+        self.refused_prompt_tokens = Counter(
+            "burstguard_refused_prompt_tokens",
+            "Prompt tokens of requests the backend refused (4xx: work never to be served)",
+            ["class"],
+            registry=r,
+        )
+        self.completed_requests = Counter(
+            "burstguard_completed_requests",
+            "Requests completed, by class (with their tokens: the mix served)",
+            ["class"],
+            registry=r,
+        )
         self.completed_prompt_tokens = Counter(
             "burstguard_completed_prompt_tokens",
             "Prompt tokens of completed requests (prefill work served), by class",
@@ -335,6 +352,7 @@ class GatewayMetrics:
         self.output_tokens_of = functools.cache(self.output_tokens.labels)
         self.prompt_tokens_of = functools.cache(self.prompt_tokens.labels)
         self.completed_prompt_tokens_of = functools.cache(self.completed_prompt_tokens.labels)
+        self.completed_requests_of = functools.cache(self.completed_requests.labels)
         self.preemptions_of = functools.cache(self.preemptions.labels)
         self.queue_wait_of = functools.cache(self.queue_wait.labels)
         self.ttft_of = functools.cache(self.ttft.labels)
@@ -352,8 +370,14 @@ class GatewayMetrics:
     def completed(self, cls: str, prompt_tokens: int, output_tokens: int) -> None:
         """A completed request's tokens: the work it took served."""
         self.output_tokens_of(cls).inc(output_tokens)
+        self.completed_requests_of(cls).inc()
         self.completed_prompt_tokens_of(cls).inc(prompt_tokens)
         self.work.completed(prompt_tokens, output_tokens)
+
+    def refused_work(self, cls: str, prompt_tokens: int) -> None:
+        """The backend refused a request (4xx): its prompt will never be served."""
+        self.refused_prompt_tokens.labels(cls).inc(prompt_tokens)
+        self.work.refused(prompt_tokens)
 
     def shed(self, cls: str, retry_after_s: int) -> None:
         """A 429 sent, with the Retry-After its client was told."""

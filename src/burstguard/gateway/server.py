@@ -586,6 +586,7 @@ class Gateway:
                     self._backend_failed(ex, "status_5xx", code, payload)
                     return
                 ex.outcome, ex.reason = "failed", f"backend_{status}"
+                self.metrics.refused_work(ex.cls, ex.prompt_tokens)
                 self.event(Fail(ex.rid))
                 if resp.started:  # a resumed stream the backend refused: end it in-band
                     resp.end(b"data: " + json_bytes(payload) + b"\n\n")

@@ -213,6 +213,7 @@ class _GatewaySim:
             )
         except RequestRejected:  # the backend's 400 passes through to the client
             self._answered(rec, now, 400, "http_400")
+            self.work.refused(rec.prompt_tokens or 0)
             self.event(Fail(rid), now)
             return
         self.replicas.kick(effect.backend, now)
