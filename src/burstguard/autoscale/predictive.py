@@ -191,7 +191,7 @@ class PredictiveAutoscaler:
         self._learner = CapacityLearner(
             LearnerParams(
                 window_s=params.capacity_window_s,
-                min_busy_s=min(params.capacity_window_s, 6 * params.bin_s),
+                min_busy_s=params.capacity_window_s / 2,
                 settle_s=params.capacity_settle_s,
                 max_change_per_min=params.capacity_max_change_per_min,
             )
@@ -274,7 +274,11 @@ class PredictiveAutoscaler:
                 self.prior = self._prior_for(0.0, 0.0)
             settled = now - sample.dt >= self._ready_since + p.capacity_settle_s
             if p.learn_capacity and self._work.tokens and busy and self._busy and settled:
-                self._learner.observe(sample.dt, sample.served, fleet.ready * sample.dt, self.prior)
+                # against the prior of the mix these tokens came from: the interval's own
+                # completions (the window's mix lags a change by its length)
+                mix = sample.served_mix
+                prior = self.prior if mix is None else self._prior_for(*mix)
+                self._learner.observe(sample.dt, sample.served, fleet.ready * sample.dt, prior)
         self._busy = busy
         self.forecast = forecast_rate(self._series["requests"], p, self.lead_time_s)
         self.forecast_prompt = forecast_rate(self._series["prompt"], p, self.lead_time_s)

@@ -43,6 +43,7 @@ class WorkSample:
     served: float  # tokens served (completed prompt + output) in the interval
     prompt_per_request: float  # the mix served recently (0 and 0 on a count feed)
     output_per_request: float
+    served_mix: tuple[float, float] | None  # prompt, output per request served in it
 
 
 class WorkMeter:
@@ -78,7 +79,7 @@ class WorkMeter:
             _, old = self._mix.popleft()
             self._sums = [a - b for a, b in zip(self._sums, old, strict=True)]
         if not self.tokens:
-            return WorkSample(dt, d[0] / dt, d[0] / dt, 0.0, 0.0, 0.0, 0.0)
+            return WorkSample(dt, d[0] / dt, d[0] / dt, 0.0, 0.0, 0.0, 0.0, None)
         arrivals, prompt, refused, completed, done_prompt, output = self._sums
         if refused + done_prompt > 0:
             self._servable = done_prompt / (refused + done_prompt)
@@ -89,9 +90,10 @@ class WorkMeter:
             self._prompt = max(prompt - refused, 0.0) / arrivals
             self._output = self._prompt * self._ratio
         demand = d[1] * self._servable
+        served_mix = (d[4] / d[3], d[5] / d[3]) if d[3] > 0 else None
         return WorkSample(
             dt, d[0] / dt, demand / dt, demand * self._ratio / dt, d[4] + d[5],
-            self._prompt, self._output,
+            self._prompt, self._output, served_mix,
         )  # fmt: skip
 
     @property
