@@ -34,6 +34,10 @@ PRESETS_DIR = Path(__file__).parent / "presets"
 PRESETS = tuple(sorted(p.stem for p in PRESETS_DIR.glob("*.yaml")))
 
 Params = KedaParams | KpaParams | PredictiveParams
+DEFAULT_PRIOR_PROFILE = "llama3-8b-h100"
+"""The predictive policy's capacity prior when neither the driver nor the file names an
+engine profile (a live gateway in front of engines it has no profile of): a guess that
+learning corrects while the fleet is busy."""
 
 
 class ScalingPolicy(BaseModel):
@@ -138,13 +142,16 @@ class ScalingPolicy(BaseModel):
         self, *, initial_replicas: int, start: float = 0.0, prior: CapacityPrior | None = None
     ) -> Autoscaler:
         """`prior` (predictive only): a replica's capacity for a mix, from the engine the
-        driver runs (the simulator's profile); None: from the policy's `prior_profile`."""
+        driver runs (the simulator's profile). The policy's `prior_profile`, when set,
+        takes precedence; with neither, the `DEFAULT_PRIOR_PROFILE`'s."""
         if isinstance(self.params, KedaParams):
             return KedaAutoscaler(self.params, initial_replicas=initial_replicas, start=start)
         if isinstance(self.params, KpaParams):
             return KpaAutoscaler(self.params, initial_replicas=initial_replicas, start=start)
-        if prior is None and self.params.rate_per_replica is None:
+        if self.params.prior_profile is not None:
             prior = default_prior(self.params.prior_profile)
+        elif prior is None and self.params.rate_per_replica is None:
+            prior = default_prior(DEFAULT_PRIOR_PROFILE)
         return PredictiveAutoscaler(
             self.params,
             initial_replicas=initial_replicas,

@@ -64,14 +64,14 @@ class PredictiveParams:
 
     __pydantic_config__: ClassVar = ConfigDict(extra="forbid")
 
-    rate_per_replica: float | None = None  # a hand-set prior (req/s); learning corrects it
+    rate_per_replica: float | None = None  # a hand-set prior (req/s within the SLO)
     target_utilization: float = 0.7  # of a busy replica's learned capacity
     queue_per_replica: float = 5.0  # the reactive floor's waiting requests per replica
     learn_capacity: bool = True
     capacity_window_s: float = 300.0  # busy seconds the estimate averages
     capacity_settle_s: float = 30.0  # a replica count must hold this long to be measured
     capacity_max_change_per_min: float = 2.0  # factor per busy minute
-    prior_profile: str = "llama3-8b-h100"  # the prior's engine profile, when the driver has none
+    prior_profile: str | None = None  # the prior's engine profile; None: the driver's own
     mix_window_s: float = 120.0
     min_replicas: int = 1
     max_replicas: int = 100
@@ -242,8 +242,8 @@ class PredictiveAutoscaler:
         """The prior for a mix (per request): in tokens, or requests on a count feed."""
         p = self.params
         tokens = prompt + output
-        if p.rate_per_replica is not None:
-            return p.rate_per_replica * (tokens if tokens > 0 else 1.0)
+        if p.rate_per_replica is not None:  # a rate within the SLO: busy capacity is more
+            return p.rate_per_replica * (tokens if tokens > 0 else 1.0) / p.target_utilization
         assert self._prior is not None
         if tokens <= 0:  # a request-count feed: the prior's default mix, per request
             return self._prior(*DEFAULT_MIX) / sum(DEFAULT_MIX)
