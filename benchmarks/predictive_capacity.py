@@ -83,10 +83,11 @@ def sweep(profile: Profile, prompt: int, output: int, rates: list[float]) -> flo
     at each of `rates`."""
     best = 0.0
     for rate in rates:
-        w = synthesize(PatternSpec(pattern="poisson", duration_s=360, rate=rate, seed=7,
-                                   prompt_tokens=str(prompt), output_tokens=str(output)))  # fmt: skip
-        res = simulate_gateway(w, EngineConfig(), profile, fleet_gateway(1), 1)
-        done = [(r.scheduled_s + (r.e2e_s or 0.0), (r.prompt_tokens or 0) + (r.completion_tokens or 0))
+        spec = PatternSpec(pattern="poisson", duration_s=360, rate=rate, seed=7,
+                           prompt_tokens=str(prompt), output_tokens=str(output))  # fmt: skip
+        res = simulate_gateway(synthesize(spec), EngineConfig(), profile, fleet_gateway(1), 1)
+        done = [(r.scheduled_s + (r.e2e_s or 0.0),
+                 (r.prompt_tokens or 0) + (r.completion_tokens or 0))
                 for r in res.records if r.ok]  # fmt: skip
         tokens = sum(n for t, n in done if 120 <= t < 360)
         best = max(best, tokens / 240)
@@ -134,8 +135,10 @@ def main() -> None:
         end = (k + 1) * args.half_s
         phase = caps[(caps[:, 0] < end) & (caps[:, 0] >= end - args.half_s / 2)]
         last = phase[-1, 1] if len(phase) else float("nan")
-        print(f"{prompt}/{output}: sweep {measured:,.0f}, learned (last decision of the "
-              f"half) {last:,.0f} ({last / measured - 1:+.1%})")
+        print(
+            f"{prompt}/{output}: sweep {measured:,.0f}, learned (last decision of the "
+            f"half) {last:,.0f} ({last / measured - 1:+.1%})"
+        )
 
 
 if __name__ == "__main__":

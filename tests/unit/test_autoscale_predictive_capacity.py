@@ -24,6 +24,13 @@ from burstguard.workload.synth import PatternSpec, synthesize
 from burstguard.workload.transform import merge, take
 
 PROFILE = "llama3-8b-h100"
+TOKEN_COUNTERS = (
+    "burstguard_prompt_tokens_total",
+    "burstguard_refused_prompt_tokens_total",
+    "burstguard_completed_requests_total",
+    "burstguard_completed_prompt_tokens_total",
+    "burstguard_output_tokens_total",
+)
 
 
 def predictive(**changes: object) -> ScalingPolicy:
@@ -135,9 +142,7 @@ def test_the_floor_is_what_decides_after_idle_at_the_policy_level() -> None:
 
 def test_work_meter_counts_servable_prompt_tokens_and_the_served_mix() -> None:
     meter = WorkMeter("burstguard_arrivals_total", mix_window_s=60)
-    names = ("burstguard_arrivals_total", "burstguard_prompt_tokens_total",
-             "burstguard_refused_prompt_tokens_total", "burstguard_completed_requests_total",
-             "burstguard_completed_prompt_tokens_total", "burstguard_output_tokens_total")  # fmt: skip
+    names = ("burstguard_arrivals_total", *TOKEN_COUNTERS)
     assert meter.update(0.0, dict.fromkeys(names, 0.0)) is None
     # 10 arrivals of 1,000 prompt tokens; 5 of 10,000 refused; 4 completed with 100 out each
     s = meter.update(5.0, dict(zip(names, (15.0, 60_000.0, 50_000.0, 4.0, 4_000.0, 400.0),
@@ -171,9 +176,7 @@ def test_gateway_exports_the_token_counters_the_policy_reads() -> None:
     m.completed("standard", 500, 40)
     m.refused_work("standard", 200)
     text = m.render().decode()
-    for name in ("burstguard_prompt_tokens_total", "burstguard_refused_prompt_tokens_total",
-                 "burstguard_completed_requests_total",
-                 "burstguard_completed_prompt_tokens_total", "burstguard_output_tokens_total"):  # fmt: skip
+    for name in TOKEN_COUNTERS:
         assert name in SIGNAL_NAMES
         assert f'{name}{{class="standard"}}' in text
     assert m.work.prompt_tokens == 700 and m.work.completed_requests == 1

@@ -21,11 +21,12 @@ of three views:
   one season ago over the coming lead time.
 
 Replicas needed = the largest of ceil(forecast work / (capacity x target_utilization)),
-the reactive floor, and the count that keeps up with the forecast and drains the queue: within lead time + `backlog_drain_s` if the
-replicas there now suffice, else (new ones serve only after the lead time) within
-`backlog_drain_s` what will be queued by then. No cascade: the forecast does not grow
-with the backlog, and the backlog count may not rise while any replica is starting (those replicas
-are the answer to it; ordering more before they serve is the cascade of AIBrix #2670).
+the reactive floor, and the count that keeps up with the forecast and drains the queue:
+within lead time + `backlog_drain_s` if the replicas there now suffice, else (new ones
+serve only after the lead time) within `backlog_drain_s` what will be queued by then.
+No cascade: the forecast does not grow with the backlog, and the backlog count (and the
+floor) may not rise while any replica is starting (those replicas are the answer to it;
+ordering more before they serve is the cascade of AIBrix #2670).
 The reactive floor: when the queue grows while nothing is starting (the fleet has what
 the forecast said would do, and it does not), the policy asks for at least what a
 queue-depth policy would, ceil(queue / `queue_per_replica`), so a wrong forecast or
@@ -316,7 +317,8 @@ class PredictiveAutoscaler:
             new,
             f"predictive: {decided_by} decided; forecast {work:.4g} tokens/s in "
             f"{self.lead_time_s:.0f} s over {self.capacity:.4g} per replica x "
-            f"{p.target_utilization:g}" + (f", floor {self.floor}" if self.floor else "")
+            f"{p.target_utilization:g}"
+            + (f", floor {self.floor}" if self.floor else "")
             + (f", backlog {backlog}" if backlog > for_work else ""),
             {
                 "forecast_rate": self.forecast.rate,
