@@ -2,6 +2,8 @@
 keda-queue preset, both as shipped, on the Azure code trace, the Mooncake conversation
 trace and a generated day whose token mix changes mid-run (issue 29's must-show); then
 the learned capacity on that day against a one-replica capacity sweep for each mix.
+A third row per workload runs predictive with its prior from another GPU's profile
+(A100 for H100 replicas): what learning does when the prior is wrong.
 
 Each run: the default fleet gateway into llama3-8b-h100 replicas (vLLM defaults, the
 default cold start), 1-16 replicas starting from 1, SLO TTFT 1 s / TPOT 50 ms. A verdict
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,7 @@ SLO = "ttft=1,tpot=0.05"
 PROFILE = "llama3-8b-h100"
 MAX_REPLICAS = 16
 MIXES = ((512, 128), (2048, 512))
+WRONG_PRIOR = "llama3-8b-a100"  # a prior from another GPU: ~0.6x the H100's capacity
 
 
 def mix_change_day(half_s: float, rate: float, seed: int = 1) -> Workload:
@@ -57,15 +61,21 @@ def mix_change_day(half_s: float, rate: float, seed: int = 1) -> Workload:
     return merge(halves)
 
 
-def run(workload: Workload, policy: str, profile: Profile) -> dict[str, Any]:
+def run(
+    workload: Workload, policy: str, profile: Profile, prior_profile: str | None = None
+) -> dict[str, Any]:
     pol = load_policy(policy).with_overrides(max_replicas=MAX_REPLICAS)
+    if prior_profile is not None:
+        assert pol.predictive is not None
+        changed = replace(pol.predictive, prior_profile=prior_profile)
+        pol = pol.model_copy(update={"predictive": changed})
     res = simulate_gateway(workload, EngineConfig(), profile, fleet_gateway(MAX_REPLICAS),
                            pol.min_replicas, scaling=pol)  # fmt: skip
     assert res.scaling is not None
     slos = ClassSlos.parse(SLO)
     met = sum(1 for r in res.records if slos.met(r))
     return {"slo": met / len(res.records), "replica_s": res.scaling["replica_seconds"],
-            "events": res.scaling["scale_events"]}  # fmt: skip
+            "events": res.scaling["scale_events"], "gauges": res.scaling["gauges"]}  # fmt: skip
 
 
 def verdict(pred: dict[str, Any], keda: dict[str, Any]) -> str:
@@ -94,12 +104,6 @@ def sweep(profile: Profile, prompt: int, output: int, rates: list[float]) -> flo
     return best
 
 
-def learned_series(workload: Workload, profile: Profile) -> list[tuple[float, float]]:
-    """(time, learned capacity) at each decision of predictive on `workload`."""
-    out = run(workload, "predictive", profile)
-    return [(e["t"], e["capacity_tokens_per_s"]) for e in out["events"]]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--traces", type=Path, default=TRACES)
@@ -113,31 +117,31 @@ def main() -> None:
         "mix-change day": mix_change_day(args.half_s, args.rate),
     }
     print(f"SLO {SLO}, {PROFILE}, 1-{MAX_REPLICAS} replicas, presets as shipped\n")
-    print(f"{'workload':<22} {'requests':>8} {'policy':<11} {'SLO':>7} {'replica-s':>10} "
+    print(f"{'workload':<22} {'requests':>8} {'policy':<24} {'SLO':>7} {'replica-s':>10} "
           f"{'events':>6}  verdict")  # fmt: skip
+    runs: dict[str, dict[str, Any]] = {}
     for name, w in workloads.items():
         t0 = time.monotonic()
         keda = run(w, "keda-queue", profile)
-        pred = run(w, "predictive", profile)
-        for policy, r in (("keda-queue", keda), ("predictive", pred)):
-            mark = verdict(pred, keda) if policy == "predictive" else ""
-            print(f"{name:<22} {len(w):>8,} {policy:<11} {r['slo']:>7.2%} "
+        pred = runs[name] = run(w, "predictive", profile)
+        wrong = run(w, "predictive", profile, prior_profile=WRONG_PRIOR)
+        rows = (("keda-queue", keda), ("predictive", pred), (f"  {WRONG_PRIOR} prior", wrong))
+        for policy, r in rows:
+            mark = verdict(r, keda) if policy != "keda-queue" else ""
+            print(f"{name:<22} {len(w):>8,} {policy:<24} {r['slo']:>7.2%} "
                   f"{r['replica_s']:>10,.0f} {len(r['events']):>6}  {mark}")  # fmt: skip
         print(f"  ({time.monotonic() - t0:.0f} s)")
-    day = workloads["mix-change day"]
-    caps = np.array(
-        [(e["t"], e["capacity_tokens_per_s"]) for e in run(day, "predictive", profile)["events"]]
-    )
+    g = runs["mix-change day"]["gauges"]
+    caps = np.array([g["t"], g["capacity_tokens_per_s"]]).T
     print("\nlearned capacity on the day vs a one-replica sweep (tokens per replica-second)")
     for k, (prompt, output) in enumerate(MIXES):
-        measured = sweep(profile, prompt, output, [r / (prompt + output) for r in
-                                                     (20_000, 30_000, 40_000, 60_000)])  # fmt: skip
+        rates = [r / (prompt + output) for r in (20_000, 30_000, 40_000, 60_000)]
+        measured = sweep(profile, prompt, output, rates)
         end = (k + 1) * args.half_s
-        phase = caps[(caps[:, 0] < end) & (caps[:, 0] >= end - args.half_s / 2)]
-        last = phase[-1, 1] if len(phase) else float("nan")
+        last = float(caps[caps[:, 0] <= end][-1, 1])
         print(
-            f"{prompt}/{output}: sweep {measured:,.0f}, learned (last decision of the "
-            f"half) {last:,.0f} ({last / measured - 1:+.1%})"
+            f"{prompt}/{output}: sweep {measured:,.0f}, estimate at the half's end "
+            f"{last:,.0f} ({last / measured - 1:+.1%})"
         )
 
 
