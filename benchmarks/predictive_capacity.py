@@ -39,7 +39,7 @@ SLO = "ttft=1,tpot=0.05"
 PROFILE = "llama3-8b-h100"
 MAX_REPLICAS = 16
 MIXES = ((512, 128), (2048, 512))
-WRONG_PRIOR = "llama3-8b-a100"  # a prior from another GPU: ~0.6x the H100's capacity
+WRONG_PRIOR = "llama3-8b-a100"  # a prior from another GPU: ~0.35-0.4x an H100 replica
 
 
 def mix_change_day(half_s: float, rate: float, seed: int = 1) -> Workload:

@@ -59,7 +59,7 @@ def swept_capacity(profile: Profile, prompt: int, output: int) -> float:
 
 
 def test_learned_capacity_reaches_the_swept_one_and_follows_the_mix_change() -> None:
-    """Replicas of one GPU, a prior from another (the A100 profile: ~0.6x): within 10
+    """Replicas of one GPU, a prior from another (the A100 profile: ~0.3x): within 10
     minutes of busy traffic the learned capacity is within 15% of what a sweep measures
     for the mix, for 512/128 tokens and again after the mix turns to 2048/512."""
     profile = Profile.load(PROFILE)
