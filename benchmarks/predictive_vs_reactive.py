@@ -24,7 +24,7 @@ TRACES = Path(__file__).resolve().parents[1] / "examples" / "traces"
 SLO = "ttft=1,tpot=0.05"
 GRID = {
     "keda-queue": (1.0, 2.0, 5.0, 10.0, 20.0),  # waiting requests per replica
-    "predictive": (1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0),  # req/s per replica
+    "predictive": (0.3, 0.5, 0.7, 0.85, 1.0),  # target utilization of the learned capacity
 }
 
 

@@ -83,14 +83,14 @@ def test_no_file_points_outside_the_repository() -> None:
 def test_the_check_sees_each_way_out() -> None:
     """The rule itself: each form of escape is caught, paths inside the repository are not."""
     doc = REPO_ROOT / "docs" / "x.md"
-    assert escapes(doc, "see [design](../../shared/DESIGN.md)")
+    assert escapes(doc, "see [design](../../outside/DESIGN.md)")
     assert not escapes(doc, "see [deploy](../deploy/README.md)")
-    assert escapes(doc, "run `burstguard analyze ../shared/traces/x.csv`")  # from the root
+    assert escapes(doc, "run `burstguard analyze ../outside/traces/x.csv`")  # from the root
     readme = REPO_ROOT / "README.md"
-    assert escapes(readme, "See `../shared/DESIGN.md`")
+    assert escapes(readme, "See `../outside/DESIGN.md`")
     bench = REPO_ROOT / "benchmarks" / "b.py"
-    assert escapes(bench, 'T = Path(__file__).resolve().parents[2] / "shared"')
+    assert escapes(bench, 'T = Path(__file__).resolve().parents[2] / "outside"')
     assert not escapes(bench, 'T = Path(__file__).resolve().parents[1] / "examples"')
-    assert escapes(bench, 'T = Path(__file__).resolve().parent.parent.parent / "shared"')
+    assert escapes(bench, 'T = Path(__file__).resolve().parent.parent.parent / "outside"')
     assert not escapes(bench, "T = Path(__file__).resolve().parent.parent")
-    assert escapes(bench, 'T = REPO_ROOT.parent / "shared" / "traces"')
+    assert escapes(bench, 'T = REPO_ROOT.parent / "outside" / "traces"')

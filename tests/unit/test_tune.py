@@ -127,20 +127,24 @@ def test_tune_refuses_bad_input_with_a_message(args: list[str], message: str) ->
 
 
 @pytest.mark.parametrize(
-    "policy, threshold_path, cooldown_path",
+    "policy, threshold_path, cooldown_path, threshold",
     [
         ("keda-queue", ("keda", "target"),
-         ("keda", "behavior", "scale_down", "stabilization_window_s")),
-        ("kpa", ("kpa", "target_concurrency"), ("kpa", "scale_down_delay_s")),
-        ("predictive", ("predictive", "rate_per_replica"), ("predictive", "scale_down_window_s")),
+         ("keda", "behavior", "scale_down", "stabilization_window_s"), 3.5),
+        ("kpa", ("kpa", "target_concurrency"), ("kpa", "scale_down_delay_s"), 3.5),
+        ("predictive", ("predictive", "target_utilization"),
+         ("predictive", "scale_down_window_s"), 0.6),
     ],
 )  # fmt: skip
 def test_scaling_knobs_set_the_policys_own_fields(
-    policy: str, threshold_path: tuple[str, ...], cooldown_path: tuple[str, ...]
+    policy: str,
+    threshold_path: tuple[str, ...],
+    cooldown_path: tuple[str, ...],
+    threshold: float,
 ) -> None:
     obj = ScalingObjective(slice_window(_tiny(), 0, 1), EngineConfig(), Profile.load("instant"),
                            ClassSlos(), policy, max_replicas=5, cold_start_s=7)  # fmt: skip
-    p = obj.scaling((("threshold", 3.5), ("min-replicas", 2), ("cooldown", 120.0)))
+    p = obj.scaling((("threshold", threshold), ("min-replicas", 2), ("cooldown", 120.0)))
     data = p.model_dump(mode="json")
 
     def at(path: tuple[str, ...]) -> float:
@@ -149,7 +153,7 @@ def test_scaling_knobs_set_the_policys_own_fields(
             node = node[key]
         return node
 
-    assert at(threshold_path) == 3.5 and at(cooldown_path) == 120
+    assert at(threshold_path) == threshold and at(cooldown_path) == 120
     assert p.min_replicas == 2 and p.max_replicas == 5 and p.cold_start == 7.0
     assert not obj.valid((("min-replicas", 9),))  # above the maximum: refused, not run
     switched = obj.scaling((("policy", "keda-rate"), ("threshold", 10.0)))

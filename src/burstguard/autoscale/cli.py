@@ -146,7 +146,10 @@ def fleet_cmd(
 
     from burstguard.autoscale.config import load_policy
     from burstguard.autoscale.local_fleet import LocalFleet
+    from burstguard.autoscale.prior import ProfilePrior
     from burstguard.clock import check_start_at, monotonic_at
+    from burstguard.engine.config import EngineConfig
+    from burstguard.engine.profile import Profile
     from burstguard.wire.urls import normalize_backend_url
 
     scaling = load_policy(policy).with_overrides(
@@ -171,10 +174,14 @@ def fleet_cmd(
                 "--host", "127.0.0.1", "--port", str(port), "--speedup", str(speedup),
                 "--max-num-seqs", str(max_num_seqs)]  # fmt: skip
 
+    # a predictive policy's capacity prior: the emulators' own profile and flags
+    prior = ProfilePrior(EngineConfig(max_num_seqs=max_num_seqs), Profile.load(profile))
+
     async def main() -> dict[str, Any]:
         fleet = LocalFleet(
             scaling, backend_file, gateway, argv, speedup=speedup, log_dir=log_dir,
             spares=spares, origin=None if start_at is None else monotonic_at(start_at),
+            prior=prior,
         )  # fmt: skip
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):  # stop cleanly: the books are written

@@ -24,7 +24,8 @@ from burstguard.autoscale.keda import KedaAutoscaler, KedaParams
 from burstguard.autoscale.kpa import KpaAutoscaler, KpaParams
 from burstguard.autoscale.policy import Autoscaler
 from burstguard.autoscale.predictive import PredictiveAutoscaler, PredictiveParams
-from burstguard.errors import ConfigError, describe_validation_error
+from burstguard.autoscale.prior import CapacityPrior, ProfilePrior
+from burstguard.errors import BurstguardError, ConfigError, describe_validation_error
 
 __all__ = ["PRESETS", "ScalingPolicy", "load_policy"]
 
@@ -32,6 +33,10 @@ PRESETS_DIR = Path(__file__).parent / "presets"
 PRESETS = tuple(sorted(p.stem for p in PRESETS_DIR.glob("*.yaml")))
 
 Params = KedaParams | KpaParams | PredictiveParams
+DEFAULT_PRIOR_PROFILE = "llama3-8b-h100"
+"""The predictive policy's capacity prior when neither the driver nor the file names an
+engine profile (a live gateway in front of engines it has no profile of): a guess that
+learning corrects while the fleet is busy."""
 
 
 class ScalingPolicy(BaseModel):
@@ -132,16 +137,26 @@ class ScalingPolicy(BaseModel):
             update["cold_start"] = float(cold_start_s)
         return self.model_copy(update=update)
 
-    def build_autoscaler(self, *, initial_replicas: int, start: float = 0.0) -> Autoscaler:
+    def build_autoscaler(
+        self, *, initial_replicas: int, start: float = 0.0, prior: CapacityPrior | None = None
+    ) -> Autoscaler:
+        """`prior` (predictive only): a replica's capacity for a mix, from the engine the
+        driver runs (the simulator's profile). The policy's `prior_profile`, when set,
+        takes precedence; with neither, the `DEFAULT_PRIOR_PROFILE`'s."""
         if isinstance(self.params, KedaParams):
             return KedaAutoscaler(self.params, initial_replicas=initial_replicas, start=start)
         if isinstance(self.params, KpaParams):
             return KpaAutoscaler(self.params, initial_replicas=initial_replicas, start=start)
+        if self.params.prior_profile is not None:
+            prior = default_prior(self.params.prior_profile)
+        elif prior is None and self.params.rate_per_replica is None:
+            prior = default_prior(DEFAULT_PRIOR_PROFILE)
         return PredictiveAutoscaler(
             self.params,
             initial_replicas=initial_replicas,
             lead_time_s=self.lead_time_s,
             start=start,
+            prior=prior,
         )
 
     @property
@@ -173,11 +188,13 @@ class ScalingPolicy(BaseModel):
         seed: int = 0,
         start: float = 0.0,
         auto_ready: bool = True,
+        prior: CapacityPrior | None = None,
     ) -> ScalingController:
-        """Policy + fleet, starting with `initial_replicas` ready (default: min_replicas)."""
+        """Policy + fleet, starting with `initial_replicas` ready (default: min_replicas);
+        `prior` as `build_autoscaler`'s."""
         n = self.min_replicas if initial_replicas is None else initial_replicas
         return ScalingController(
-            self.build_autoscaler(initial_replicas=n, start=start),
+            self.build_autoscaler(initial_replicas=n, start=start, prior=prior),
             self.build_fleet(initial_ready=n, seed=seed, now=start, auto_ready=auto_ready),
         )
 
@@ -195,6 +212,25 @@ class ScalingPolicy(BaseModel):
             return cls.model_validate(data)
         except ValidationError as exc:
             raise ConfigError(f"{source}: {describe_validation_error(exc)}") from None
+
+
+def default_prior(profile: str) -> CapacityPrior:
+    """The capacity prior of an engine profile (a built-in name or a calibrate file) with
+    vLLM's default flags; one per profile per process (it caches what it measured)."""
+    from burstguard.engine.config import EngineConfig
+    from burstguard.engine.profile import Profile
+
+    prior = _PRIORS.get(profile)
+    if prior is None:
+        try:
+            loaded = Profile.load(profile)
+        except BurstguardError as exc:
+            raise ConfigError(f"predictive.prior_profile: {exc}") from None
+        prior = _PRIORS[profile] = ProfilePrior(EngineConfig(), loaded)
+    return prior
+
+
+_PRIORS: dict[str, CapacityPrior] = {}
 
 
 def load_policy(name_or_path: str | Path) -> ScalingPolicy:

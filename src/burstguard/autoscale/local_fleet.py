@@ -43,6 +43,7 @@ from burstguard.autoscale.fleet import (
     StopReplica,
 )
 from burstguard.autoscale.live import LiveScaler, aligned
+from burstguard.autoscale.prior import CapacityPrior
 from burstguard.autoscale.signals import SIGNAL_NAMES
 from burstguard.errors import BurstguardError
 from burstguard.http.preflight import served_models
@@ -85,9 +86,11 @@ class LocalFleet:
         seed: int = 0,
         origin: float | None = None,
         spares: int = 0,
+        prior: CapacityPrior | None = None,
     ) -> None:
         """`origin`: engine time zero on the monotonic clock (None: when the initial
-        replicas serve); `spares`: emulator processes kept started for scale-ups."""
+        replicas serve); `spares`: emulator processes kept started for scale-ups;
+        `prior`: a predictive policy's capacity prior (the emulators' profile)."""
         if spares < 0:
             raise ValueError("spares must be >= 0")
         self.backend_file = backend_file
@@ -98,8 +101,9 @@ class LocalFleet:
         self._t0 = time.monotonic() if origin is None else origin
         self.spares = spares
         self.controller = policy.build_controller(
-            initial_replicas=initial_replicas, seed=seed, start=0.0, auto_ready=False
-        )
+            initial_replicas=initial_replicas, seed=seed, start=0.0, auto_ready=False,
+            prior=prior,
+        )  # fmt: skip
         self.scaler = LiveScaler(
             self.controller, self.now, self.signals, self._on_effects, speedup=speedup
         )

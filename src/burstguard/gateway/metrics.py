@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from burstguard.autoscale.signals import WorkCounts
 from burstguard.client.retry import RETRY_COUNT_HEADER
 from burstguard.gateway.core import GatewayCore
 from burstguard.gateway.request import BackendState
@@ -305,6 +306,31 @@ class GatewayMetrics:
         self.output_tokens = Counter(
             "burstguard_output_tokens", "Output tokens streamed to clients", ["class"], registry=r
         )
+        self.prompt_tokens = Counter(
+            "burstguard_prompt_tokens",
+            "Prompt tokens of arriving requests (prefill work asked for), by class",
+            ["class"],
+            registry=r,
+        )
+        self.refused_prompt_tokens = Counter(
+            "burstguard_refused_prompt_tokens",
+            "Prompt tokens of requests the backend refused (4xx: work never to be served)",
+            ["class"],
+            registry=r,
+        )
+        self.completed_requests = Counter(
+            "burstguard_completed_requests",
+            "Requests completed, by class (with their tokens: the mix served)",
+            ["class"],
+            registry=r,
+        )
+        self.completed_prompt_tokens = Counter(
+            "burstguard_completed_prompt_tokens",
+            "Prompt tokens of completed requests (prefill work served), by class",
+            ["class"],
+            registry=r,
+        )
+        self.work = WorkCounts()  # the same totals, unlabelled, for the autoscaler
         self.preemptions = Counter(
             "burstguard_preemptions",
             "In-flight requests the gateway preempted for a better class (each resumed later)",
@@ -356,6 +382,9 @@ class GatewayMetrics:
         self.rejections_of = functools.cache(self.rejections.labels)
         self.retry_after_of = functools.cache(self.retry_after.labels)
         self.output_tokens_of = functools.cache(self.output_tokens.labels)
+        self.prompt_tokens_of = functools.cache(self.prompt_tokens.labels)
+        self.completed_prompt_tokens_of = functools.cache(self.completed_prompt_tokens.labels)
+        self.completed_requests_of = functools.cache(self.completed_requests.labels)
         self.preemptions_of = functools.cache(self.preemptions.labels)
         self.queue_wait_of = functools.cache(self.queue_wait.labels)
         self.ttft_of = functools.cache(self.ttft.labels)
@@ -365,6 +394,22 @@ class GatewayMetrics:
         if retry:
             self.retried_of(cls).inc()
         self.windows.add(self._clock())
+
+    def prompt_arrived(self, cls: str, prompt_tokens: int) -> None:
+        self.prompt_tokens_of(cls).inc(prompt_tokens)
+        self.work.arrived(prompt_tokens)
+
+    def completed(self, cls: str, prompt_tokens: int, output_tokens: int) -> None:
+        """A completed request's tokens: the work it took served."""
+        self.output_tokens_of(cls).inc(output_tokens)
+        self.completed_requests_of(cls).inc()
+        self.completed_prompt_tokens_of(cls).inc(prompt_tokens)
+        self.work.completed(prompt_tokens, output_tokens)
+
+    def refused_work(self, cls: str, prompt_tokens: int) -> None:
+        """The backend refused a request (4xx): its prompt will never be served."""
+        self.refused_prompt_tokens.labels(cls).inc(prompt_tokens)
+        self.work.refused(prompt_tokens)
 
     def shed(self, cls: str, retry_after_s: int) -> None:
         """A 429 sent, with the Retry-After its client was told."""

@@ -260,7 +260,8 @@ class Gateway:
         self.metrics.registry.register(ScalingCollector(ctl))
 
         def signals() -> dict[str, float]:
-            return gateway_signals(self.core.stats, self._arrivals)
+            return gateway_signals(self.core.stats, self._arrivals, self.metrics.work,
+                                   self.core.backend_states.values())  # fmt: skip
 
         return LiveScaler(ctl, self._now, signals, speedup=self._speedup)
 
@@ -443,6 +444,7 @@ class Gateway:
         rid = uuid.uuid4().hex
         ex = _Exchange(rid, cls, tenant, req.path, gen.stream, arrival, prompt_tokens)
         self.metrics.arrived(cls, is_retry(req.headers))
+        self.metrics.prompt_arrived(cls, prompt_tokens)
         self._arrivals += 1
         # a stream of token ids (or of several prompts) cannot be continued with text
         prompts = gen.prompts() if isinstance(gen, CompletionRequest) else [""]
@@ -624,6 +626,7 @@ class Gateway:
                     self._backend_failed(ex, Failure.STATUS_5XX, code, payload)
                     return
                 ex.outcome, ex.reason = Outcome.FAILED, f"backend_{status}"
+                self.metrics.refused_work(ex.cls, ex.prompt_tokens)
                 self.event(Fail(ex.rid, self._received(ex)))
                 if resp.started:  # a resumed stream the backend refused: end it in-band
                     resp.end(b"data: " + json_bytes(payload) + b"\n\n")
@@ -727,7 +730,7 @@ class Gateway:
         ex.output_tokens = relay.tokens()
         if relay.finished():
             ex.outcome = Outcome.COMPLETED
-            self.metrics.output_tokens_of(ex.cls).inc(ex.output_tokens)
+            self.metrics.completed(ex.cls, ex.prompt_tokens, ex.output_tokens)
             self.event(Finish(ex.rid, ex.output_tokens))
         else:  # the backend ended it early (it died, or llama-cpp-python's cut)
             cut = Failure.CUT_STREAM
@@ -746,7 +749,7 @@ class Gateway:
             return
         ex.output_tokens = tokens
         ex.outcome, ex.status = Outcome.COMPLETED, 200
-        self.metrics.output_tokens_of(ex.cls).inc(ex.output_tokens)
+        self.metrics.completed(ex.cls, ex.prompt_tokens, ex.output_tokens)
         self.event(Finish(ex.rid, ex.output_tokens))
         resp.send(200, raw, [
             ("content-type", call.content_type or "application/json"),

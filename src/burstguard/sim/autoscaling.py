@@ -9,7 +9,7 @@ gateway's discovery would have seen the change (`discovery_lag_s`: the live gate
 re-reads its backend file or DNS name on a timer). Signals are what
 the live gateway exports at that instant (`llm_request_queue_depth`,
 `burstguard_in_flight_requests`, `burstguard_arrivals_total`, `llm_request_total`).
-It also samples the gateway's queue once a second for the report.
+It also samples the gateway's queue and the policy's gauges once a second for the report.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from burstguard.autoscale import (
     Signals,
     StopReplica,
 )
+from burstguard.autoscale.prior import ProfilePrior
 from burstguard.gateway.config import GatewayConfig
 from burstguard.sim.heap import EventHeap
 from burstguard.sim.replicas import ReplicaSet, replica_id
@@ -68,12 +69,15 @@ class ScalingDriver:
         self.discovery_lag_s = discovery_lag_s
         self.replicas = replicas
         self.policy = policy
+        # a predictive policy's capacity prior: the replicas' own engine profile
+        prior = ProfilePrior(replicas.engine_config, replicas.profile)
         self.controller: ScalingController = policy.build_controller(
-            initial_replicas=initial, seed=seed, start=0.0
+            initial_replicas=initial, seed=seed, start=0.0, prior=prior
         )
         self._signals = signals
         self._active = active
         self.queue_series: list[tuple[float, float]] = []
+        self.gauge_series: list[tuple[float, dict[str, float]]] = []  # the policy's figures
         self._due = math.inf  # the controller's event already on the heap
         self._sampling = False
         self.schedule(0.0)
@@ -99,6 +103,7 @@ class ScalingDriver:
     def _sample(self, now: float) -> None:
         s = self._signals()
         self.queue_series.append((now, s["llm_request_queue_depth"]))
+        self.gauge_series.append((now, dict(self.controller.policy.gauges)))
         self._sampling = False
         if self._active():
             self.schedule(now)
@@ -128,11 +133,17 @@ class ScalingDriver:
         self.carry_out(self.controller.drained(rid, now), now)
 
     def summary(self, end_s: float) -> dict[str, Any]:
-        """`replica_seconds`, the replicas series, the scale events, the queue samples."""
+        """`replica_seconds`, the replicas series, the scale events, the queue samples
+        and the policy's figures (`gauges`: learned capacity, forecast...) at each."""
+        names = list(self.gauge_series[0][1]) if self.gauge_series else []
         return {
             **self.controller.report(end_s),
             "queue_depth": {
                 "t": [t for t, _ in self.queue_series],
                 "value": [v for _, v in self.queue_series],
+            },
+            "gauges": {
+                "t": [t for t, _ in self.gauge_series],
+                **{n: [g.get(n, 0.0) for _, g in self.gauge_series] for n in names},
             },
         }

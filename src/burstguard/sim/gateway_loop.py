@@ -45,7 +45,7 @@ from functools import partial
 from typing import Any
 
 from burstguard.autoscale import ScalingPolicy
-from burstguard.autoscale.signals import gateway_signals
+from burstguard.autoscale.signals import WorkCounts, gateway_signals
 from burstguard.bench.records import RequestRecord
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.core import (
@@ -195,6 +195,7 @@ class _GatewaySim:
         self._generation = 0  # bumped when they stop: a stopped one scheduled before drops
         self.arrivals = 0
         self.quota_refused: dict[str, list[int]] = {}  # tenant -> [requests, tokens]
+        self.work = WorkCounts()  # token counters, as the live gateway's /metrics
         self.scaler = (
             None
             if scaling is None
@@ -215,7 +216,8 @@ class _GatewaySim:
             self.refused += 1
             return
         self.arrivals += 1
-        self.book.open(spec, served_prompt(spec, self.profile), priority_class=cls)
+        rec = self.book.open(spec, served_prompt(spec, self.profile), priority_class=cls)
+        self.work.arrived(rec.prompt_tokens or 0)
         self.max_tokens[spec.id] = spec.max_tokens
         if not self._clocked:  # the gateway wakes from idle: its periodic events restart
             self._clocked = True
@@ -299,6 +301,7 @@ class _GatewaySim:
             )
         except RequestRejected:  # the backend's 400 passes through to the client
             self._answered(rec, now, 400, "http_400")
+            self.work.refused(rec.prompt_tokens or 0)
             self.event(Fail(rid), now)
             return
         if health is Health.STALLED:  # sent; no answer will come
@@ -398,7 +401,9 @@ class _GatewaySim:
         return True
 
     def _signals(self) -> dict[str, float]:
-        return gateway_signals(self.gw.stats, self.arrivals)
+        return gateway_signals(
+            self.gw.stats, self.arrivals, self.work, self.gw.backend_states.values()
+        )
 
     def _scaling_active(self) -> bool:
         return self.arrivals + self.refused < len(self.workload) or not self._idle()
@@ -416,7 +421,7 @@ class _GatewaySim:
         for rid in events.first_token:
             self.event(FirstToken(rid), now)
         for rid in events.finished:
-            self.event(Finish(rid, self.book.produced.get(rid, 0)), now)
+            self.finish(rid, now)
 
     def run_end(self, replica: str, run: DecodeRun, now: float) -> None:
         """A fast-forwarded run of decode steps (`sim.replicas`), ending at `now`: the
@@ -426,7 +431,12 @@ class _GatewaySim:
         if self.recorder is not None and replica == replica_id(0):
             self.recorder.observe(now, sum(k for _, k, _ in run.tokens), len(run.ends))
         for rid in run.finished:
-            self.event(Finish(rid, self.book.produced.get(rid, 0)), now)
+            self.finish(rid, now)
+
+    def finish(self, rid: str, now: float) -> None:
+        produced = self.book.produced.get(rid, 0)
+        self.work.completed(self.book.records[rid].prompt_tokens or 0, produced)
+        self.event(Finish(rid, produced), now)
 
     # -- the run -----------------------------------------------------------------------
 

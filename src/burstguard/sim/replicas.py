@@ -125,6 +125,7 @@ class ReplicaSet:
         direct engine takes that instant's arrivals into its next step; None: at once)."""
         self._heap = heap
         self._engine_cfg = engine
+        self.engine_config = engine
         self.profile = profile
         self._fleet = fleet
         self._on_step = on_step

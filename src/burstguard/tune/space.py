@@ -7,6 +7,7 @@ can hand it to worker processes and remember what it has tried.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,7 +53,7 @@ ENGINE_KNOBS: dict[str, Knob] = {
 
 SCALING_PATHS: dict[str, dict[str, tuple[str, ...]]] = {
     "threshold": {"keda": ("keda", "target"), "kpa": ("kpa", "target_concurrency"),
-                  "predictive": ("predictive", "rate_per_replica")},
+                  "predictive": ("predictive", "target_utilization")},
     "window": {"keda": ("keda", "query", "window_s"), "kpa": ("kpa", "stable_window_s"),
                "predictive": ("predictive", "burst_window_s")},
     "min-replicas": {k: (k, "min_replicas") for k in ("keda", "kpa", "predictive")},
@@ -61,7 +62,8 @@ SCALING_PATHS: dict[str, dict[str, tuple[str, ...]]] = {
                  "predictive": ("predictive", "scale_down_window_s")},
 }  # fmt: skip
 """Where each autoscaler knob lives in a policy of each kind: the trigger's threshold
-(waiting requests, req/s or concurrency per replica), its window (the query's range, KPA's
+(waiting requests, req/s or concurrency per replica; predictive: the share of its learned
+capacity a replica is given), its window (the query's range, KPA's
 stable window, the burst window), the minimum, and the scale-down wait."""
 
 
@@ -78,11 +80,15 @@ def scaling_knobs(base: Mapping[str, Any]) -> dict[str, Knob]:
     kind = base["kind"]
     threshold = at(SCALING_PATHS["threshold"][kind])
     window = at(SCALING_PATHS["window"][kind])
+    # a utilization (predictive) is at most 1: the grid stops there
+    top = 1.0 if kind == "predictive" else math.inf
+    thresholds = tuple(dict.fromkeys(
+        min(round(threshold * f, 6), top) for f in (0.5, 0.75, 1.0, 1.5, 2.0)))  # fmt: skip
     return {
         "policy": Knob("policy", "policy", str, (), "a preset or policy file (the metric)"),
         "threshold": Knob("threshold", "threshold", float,
-                          tuple(round(threshold * f, 6) for f in (0.5, 0.75, 1.0, 1.5, 2.0)),
-                          "target per replica (queue, req/s or concurrency)"),
+                          thresholds,
+                          "target per replica (queue, req/s, concurrency or utilization)"),
         "window": Knob("window", "window", float,
                        tuple(round(window * f, 6) for f in (0.5, 1.0, 2.0)), "seconds"),
         "min-replicas": Knob("min-replicas", "min-replicas", int, (1, 2, 4), "minimum"),

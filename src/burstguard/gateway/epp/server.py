@@ -400,6 +400,7 @@ class EndpointPicker:
         usage = opts is not None and bool(opts.include_usage)
         ex = _Exchange(rid, cls, tenant, path, gen.stream, usage, arrival, prompt_tokens)
         self.metrics.arrived(cls, is_retry(st.headers))
+        self.metrics.prompt_arrived(cls, prompt_tokens)
         router = self.config.fleet.router
         hashes = (block_hashes(gen.cache_text(), router.block_tokens, router.affinity_blocks)
                   if router.affinity else ())  # fmt: skip
@@ -550,7 +551,7 @@ class EndpointPicker:
                 ex.output_tokens = tokens or 0
             if done:
                 ex.outcome = Outcome.COMPLETED
-                self.metrics.output_tokens_of(ex.cls).inc(ex.output_tokens)
+                self.metrics.completed(ex.cls, ex.prompt_tokens, ex.output_tokens)
                 self.event(Finish(ex.rid, ex.output_tokens))
             else:  # cut short, or no OpenAI answer: the backend's fault
                 kind = "backend_cut_stream" if ex.relay is not None else "bad_answer"
