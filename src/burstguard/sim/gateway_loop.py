@@ -113,6 +113,7 @@ class GatewaySimResult(SimResult):
     failovers: dict[str, int] | None = None  # the fleet's answers to failures, by outcome
     scaling: dict[str, Any] | None = None  # `ScalingDriver.summary`, with an autoscaler
     quota_refused: dict[str, list[int]] | None = None  # tenant -> [requests, tokens] refused
+    served_by: dict[str, str] | None = None  # request id -> the replica it was last sent to
 
 
 def _next_on_grid(t: float, period: float) -> float:
@@ -164,9 +165,13 @@ class _GatewaySim:
             self.heap, engine, profile, self.step_end, self.run_end if fast_forward else None,
             fleet=self.fleet, fleet_scale=1.0 / gateway.engine_speedup,
         )  # fmt: skip
-        for i in range(replicas):
+        # the config's own backends by their URLs (the router's ring places keys by name,
+        # so a simulated fleet of those backends routes as the live one), then numbered ones
+        named = [b.url for b in gateway.backends]
+        self.ids = [named[i] if i < len(named) else replica_id(i) for i in range(replicas)]
+        for i, url in enumerate(self.ids):
             own = None if replica_profiles is None else replica_profiles[i]
-            self.replicas.add_replica(replica_id(i), 0.0, own)
+            self.replicas.add_replica(url, 0.0, own)
         check_replicas(tuple(faults), replicas)
         for fault in faults:
             self.heap.at(fault.at_s, FAULT, partial(self.fault, fault))
@@ -181,7 +186,7 @@ class _GatewaySim:
         # the engine's series (`server_series`) is the first replica's, as bench scrapes one
         # target; none under an autoscaler, which may drain that replica away
         self.recorder = (
-            SeriesRecorder(self.replicas.engine(replica_id(0))) if scaling is None else None
+            SeriesRecorder(self.replicas.engine(self.ids[0])) if scaling is None else None
         )
         self.book = RecordBook()
         self.max_tokens: dict[str, int] = {}
@@ -313,7 +318,9 @@ class _GatewaySim:
 
     def fault(self, fault: Fault, now: float) -> None:
         """Kills or stalls a replica; restarts it after `restart_after`."""
-        url = replica_id(fault.replica)
+        url = (
+            self.ids[fault.replica] if fault.replica < len(self.ids) else replica_id(fault.replica)
+        )
         if url not in self.replicas.replicas and url not in self.replicas.draining:
             return  # an autoscaler removed it already
         if fault.kind is FaultKind.KILL:
@@ -416,7 +423,7 @@ class _GatewaySim:
 
     def step_end(self, replica: str, result: StepResult, now: float) -> None:
         events = self.book.apply(result)
-        if self.recorder is not None and replica == replica_id(0):
+        if self.recorder is not None and replica == self.ids[0]:
             self.recorder.observe(now, result.num_prefill_tokens + result.num_decode_seqs, 1)
         for rid in events.first_token:
             self.event(FirstToken(rid), now)
@@ -428,7 +435,7 @@ class _GatewaySim:
         tokens as `step_end` would have seen them; only its last step can finish some
         (decode steps give no first token: the prefill step did)."""
         self.book.apply_run(run)
-        if self.recorder is not None and replica == replica_id(0):
+        if self.recorder is not None and replica == self.ids[0]:
             self.recorder.observe(now, sum(k for _, k, _ in run.tokens), len(run.ends))
         for rid in run.finished:
             self.finish(rid, now)
@@ -456,6 +463,7 @@ class _GatewaySim:
             gateway=self.gw.stats,
             reprefill_tokens=self.reprefill_tokens,
             routed=dict(self.routed),
+            served_by=dict(self.where),
             failovers=dict(self.fleet.failover_outcomes),
             prefix_cache=self.replicas.prefix_cache,
             scaling=None if self.scaler is None else self.scaler.summary(end),
