@@ -165,10 +165,11 @@ class _GatewaySim:
             self.heap, engine, profile, self.step_end, self.run_end if fast_forward else None,
             fleet=self.fleet, fleet_scale=1.0 / gateway.engine_speedup,
         )  # fmt: skip
-        # the config's own backends by their URLs (the router's ring places keys by name,
-        # so a simulated fleet of those backends routes as the live one), then numbered ones
+        # a config that lists exactly this many backends names them (the router's ring
+        # places keys by name, so a simulated fleet of those backends routes as the live
+        # one); otherwise the replicas are numbered
         named = [b.url for b in gateway.backends]
-        self.ids = [named[i] if i < len(named) else replica_id(i) for i in range(replicas)]
+        self.ids = named if len(named) == replicas else [replica_id(i) for i in range(replicas)]
         for i, url in enumerate(self.ids):
             own = None if replica_profiles is None else replica_profiles[i]
             self.replicas.add_replica(url, 0.0, own)
