@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from burstguard.autoscale.fleet import FleetCounts
 from burstguard.autoscale.hpa import (
     Behavior,
     Hpa,
@@ -14,6 +13,7 @@ from burstguard.autoscale.hpa import (
 )
 from burstguard.autoscale.keda import KedaAutoscaler, KedaParams
 from burstguard.autoscale.promql import Query, ScrapedSeries
+from burstguard.autoscale.replica_pool import FleetCounts
 
 NO_STABILIZATION = ScalingRules(0, (HpaScalingPolicy("Percent", 100, 15),))
 

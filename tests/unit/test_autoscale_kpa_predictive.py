@@ -8,17 +8,17 @@ import random
 import pytest
 
 from burstguard.autoscale.cold_start import COLD_START_PRESETS, ColdStartModel
-from burstguard.autoscale.fleet import (
+from burstguard.autoscale.kpa import KpaAutoscaler, KpaParams
+from burstguard.autoscale.predictive import PredictiveAutoscaler, PredictiveParams, forecast_rate
+from burstguard.autoscale.replica_pool import (
     DrainReplica,
-    Fleet,
     FleetCounts,
+    ReplicaPool,
     ReplicaReady,
     StartReplica,
     StopReplica,
     count_reversals,
 )
-from burstguard.autoscale.kpa import KpaAutoscaler, KpaParams
-from burstguard.autoscale.predictive import PredictiveAutoscaler, PredictiveParams, forecast_rate
 
 # -- KPA ------------------------------------------------------------------------------------
 
@@ -121,7 +121,7 @@ def test_predictive_rates_are_counts_over_the_time_they_came_in() -> None:
 
 
 def test_fleet_lifecycle_and_replica_seconds() -> None:
-    fleet = Fleet(ColdStartModel.fixed(60.0), initial_ready=1, drain_timeout_s=30.0)
+    fleet = ReplicaPool(ColdStartModel.fixed(60.0), initial_ready=1, drain_timeout_s=30.0)
     effects = fleet.scale_to(3, now=0.0)
     assert [type(e) for e in effects] == [StartReplica, StartReplica]
     assert all(e.ready_at == 60.0 for e in effects if isinstance(e, StartReplica))
@@ -147,14 +147,14 @@ def test_fleet_lifecycle_and_replica_seconds() -> None:
 
 
 def test_scale_down_cancels_starting_replicas_first() -> None:
-    fleet = Fleet(ColdStartModel.fixed(60.0), initial_ready=2)
+    fleet = ReplicaPool(ColdStartModel.fixed(60.0), initial_ready=2)
     fleet.scale_to(4, now=0.0)
     assert [type(e) for e in fleet.scale_to(2, now=10.0)] == [StopReplica, StopReplica]
     assert fleet.counts() == FleetCounts(0, 2, 0)
 
 
 def test_live_fleet_waits_for_the_health_check() -> None:
-    fleet = Fleet(ColdStartModel.fixed(60.0), initial_ready=1, auto_ready=False)
+    fleet = ReplicaPool(ColdStartModel.fixed(60.0), initial_ready=1, auto_ready=False)
     (start,) = fleet.scale_to(2, now=0.0)
     assert isinstance(start, StartReplica)
     assert fleet.next_event_at() == math.inf and fleet.advance(120.0) == []

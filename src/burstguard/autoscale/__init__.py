@@ -6,18 +6,18 @@ Pure cores: events in, effects out, `now` passed in. See docs/autoscaling.md.
 from burstguard.autoscale.cold_start import COLD_START_PRESETS, ColdStartModel, Phase
 from burstguard.autoscale.config import PRESETS, ScalingPolicy, load_policy
 from burstguard.autoscale.controller import ScalingController
-from burstguard.autoscale.fleet import (
+from burstguard.autoscale.policy import Autoscaler, Decision, Signals
+from burstguard.autoscale.replica_pool import (
     DrainReplica,
-    Fleet,
     FleetCounts,
     FleetEffect,
     FleetSample,
+    ReplicaPool,
     ReplicaReady,
     StartReplica,
     StopReplica,
     count_reversals,
 )
-from burstguard.autoscale.policy import Autoscaler, Decision, Signals
 
 __all__ = [
     "COLD_START_PRESETS",
@@ -26,11 +26,11 @@ __all__ = [
     "ColdStartModel",
     "Decision",
     "DrainReplica",
-    "Fleet",
     "FleetCounts",
     "FleetEffect",
     "FleetSample",
     "Phase",
+    "ReplicaPool",
     "ReplicaReady",
     "ScalingController",
     "ScalingPolicy",

@@ -19,12 +19,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from burstguard.autoscale.cold_start import COLD_START_PRESETS, ColdStartModel, Phase
 from burstguard.autoscale.controller import ScalingController
-from burstguard.autoscale.fleet import Fleet
 from burstguard.autoscale.keda import KedaAutoscaler, KedaParams
 from burstguard.autoscale.kpa import KpaAutoscaler, KpaParams
 from burstguard.autoscale.policy import Autoscaler
 from burstguard.autoscale.predictive import PredictiveAutoscaler, PredictiveParams
 from burstguard.autoscale.prior import CapacityPrior, ProfilePrior
+from burstguard.autoscale.replica_pool import ReplicaPool
 from burstguard.errors import BurstguardError, ConfigError, describe_validation_error
 
 __all__ = ["PRESETS", "ScalingPolicy", "load_policy"]
@@ -171,8 +171,8 @@ class ScalingPolicy(BaseModel):
 
     def build_fleet(
         self, *, initial_ready: int, seed: int = 0, now: float = 0.0, auto_ready: bool = True
-    ) -> Fleet:
-        return Fleet(
+    ) -> ReplicaPool:
+        return ReplicaPool(
             self.cold_start_model,
             initial_ready=initial_ready,
             drain_timeout_s=self.drain_timeout_s,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from burstguard.autoscale.fleet import Fleet, FleetEffect
 from burstguard.autoscale.policy import Autoscaler, Decision, Signals
+from burstguard.autoscale.replica_pool import FleetEffect, ReplicaPool
 
 __all__ = ["ScalingController"]
 
@@ -20,7 +20,7 @@ __all__ = ["ScalingController"]
 class ScalingController:
     """Ticks the policy when due and applies its decisions to the fleet."""
 
-    def __init__(self, policy: Autoscaler, fleet: Fleet) -> None:
+    def __init__(self, policy: Autoscaler, fleet: ReplicaPool) -> None:
         self.policy = policy
         self.fleet = fleet
         self.decisions: list[Decision] = []

@@ -26,10 +26,10 @@ from typing import ClassVar, Literal
 
 from pydantic import ConfigDict
 
-from burstguard.autoscale.fleet import FleetCounts
 from burstguard.autoscale.hpa import DEFAULT_BEHAVIOR, Behavior, Hpa, replicas_for_metric
 from burstguard.autoscale.policy import Decision, Signals
 from burstguard.autoscale.promql import Query, ScrapedSeries
+from burstguard.autoscale.replica_pool import FleetCounts
 
 __all__ = ["KedaAutoscaler", "KedaParams"]
 

@@ -24,8 +24,8 @@ from typing import ClassVar
 
 from pydantic import ConfigDict
 
-from burstguard.autoscale.fleet import FleetCounts
 from burstguard.autoscale.policy import Decision, Signals
+from burstguard.autoscale.replica_pool import FleetCounts
 
 __all__ = ["KpaAutoscaler", "KpaParams"]
 

@@ -18,8 +18,8 @@ from prometheus_client.registry import Collector
 
 from burstguard.autoscale.controller import ScalingController
 from burstguard.autoscale.export import DESIRED_REPLICAS_METRIC
-from burstguard.autoscale.fleet import FleetEffect
 from burstguard.autoscale.policy import Signals
+from burstguard.autoscale.replica_pool import FleetEffect
 
 __all__ = ["LiveScaler", "ScalingCollector", "aligned"]
 

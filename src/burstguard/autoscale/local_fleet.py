@@ -35,15 +35,15 @@ from typing import Any
 import aiohttp
 
 from burstguard.autoscale.config import ScalingPolicy
-from burstguard.autoscale.fleet import (
+from burstguard.autoscale.live import LiveScaler, aligned
+from burstguard.autoscale.prior import CapacityPrior
+from burstguard.autoscale.replica_pool import (
     DrainReplica,
     FleetEffect,
     ReplicaReady,
     StartReplica,
     StopReplica,
 )
-from burstguard.autoscale.live import LiveScaler, aligned
-from burstguard.autoscale.prior import CapacityPrior
 from burstguard.autoscale.signals import SIGNAL_NAMES
 from burstguard.errors import BurstguardError
 from burstguard.http.preflight import served_models

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from burstguard.autoscale.fleet import FleetCounts
+from burstguard.autoscale.replica_pool import FleetCounts
 
 __all__ = ["Autoscaler", "Decision", "Signals"]
 

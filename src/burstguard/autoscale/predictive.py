@@ -46,9 +46,9 @@ from typing import ClassVar
 from pydantic import ConfigDict
 
 from burstguard.autoscale.capacity import CapacityLearner, LearnerParams
-from burstguard.autoscale.fleet import FleetCounts
 from burstguard.autoscale.policy import Decision, Signals
 from burstguard.autoscale.prior import CapacityPrior
+from burstguard.autoscale.replica_pool import FleetCounts
 from burstguard.autoscale.work import WorkMeter
 
 __all__ = [

@@ -1,6 +1,10 @@
-"""The fleet's size as a pure state machine: replicas starting, ready and draining.
+"""The replicas an autoscaler sizes, as a pure state machine: starting, ready, draining.
 
-An autoscaler decides a desired count; `Fleet.scale_to` turns that into effects the
+(Not the gateway's `gateway.fleet.Fleet`, the backends it routes to: this pool is the
+deployment's replicas over their lifetime; "drain" here means a replica taken out of the
+deployment that finishes its work, there a backend the router stops choosing.)
+
+An autoscaler decides a desired count; `ReplicaPool.scale_to` turns that into effects the
 driver carries out (start a replica that serves at `ready_at`, drain one, stop one). The
 simulator schedules `ready_at` and drain ends on its event heap; a live driver starts real
 processes and calls `mark_ready` / `drained` when they report. Either way the books
@@ -23,10 +27,10 @@ from burstguard.autoscale.cold_start import ColdStartModel
 
 __all__ = [
     "DrainReplica",
-    "Fleet",
     "FleetCounts",
     "FleetEffect",
     "FleetSample",
+    "ReplicaPool",
     "ReplicaReady",
     "StartReplica",
     "StopReplica",
@@ -78,7 +82,7 @@ class ReplicaReady:
 
 @dataclass(frozen=True, slots=True)
 class DrainReplica:
-    """Send the replica no new work; call `Fleet.drained` when its last request ends."""
+    """Send the replica no new work; call `ReplicaPool.drained` when its last request ends."""
 
     replica_id: int
     deadline: float
@@ -103,7 +107,7 @@ class _Replica:
     until: float  # ready_at while starting, drain deadline while draining, inf when ready
 
 
-class Fleet:
+class ReplicaPool:
     """Replicas by state, with the books a summary needs (series, replica-seconds)."""
 
     def __init__(
