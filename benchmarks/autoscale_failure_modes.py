@@ -12,8 +12,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from burstguard.autoscale import load_policy
-from burstguard.autoscale.hpa import ScalingRules
+from burstguard.core.scaling import load_policy
+from burstguard.core.scaling.hpa import ScalingRules
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "unit"))
 

@@ -37,7 +37,7 @@ from pathlib import Path
 import bench_gateway as bg
 import yaml
 
-from burstguard.gateway.epp.envoy import bootstrap
+from burstguard.live.epp.envoy import bootstrap
 from burstguard.procs import ManagedProcess, free_port
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,10 +21,10 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from burstguard.gateway.fleet.config import FleetConfig, RedisConfig
-from burstguard.gateway.fleet.fleet import Fleet
-from burstguard.gateway.fleet.probe import HealthProber
-from burstguard.gateway.fleet.shared_state import SharedState
+from burstguard.core.fleet.config import FleetConfig, RedisConfig
+from burstguard.core.fleet.fleet import Fleet
+from burstguard.live.gateway.probe import HealthProber
+from burstguard.live.gateway.shared_state import SharedState
 from burstguard.procs import free_port
 from burstguard.redis_server import RedisServer
 

@@ -60,7 +60,7 @@ from pathlib import Path
 import aiohttp
 import yaml
 
-from burstguard.engine.profile import PROFILES_DIR
+from burstguard.core.engine.profile import PROFILES_DIR
 from burstguard.procs import ManagedProcess, free_port
 from burstguard.scrape import parse_metrics
 

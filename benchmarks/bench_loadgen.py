@@ -33,10 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from burstguard.bench.records import read_records
 from burstguard.engines.cache import CACHE_ROOT
 from burstguard.engines.vllm_cpu import MODEL_DIR, MODEL_NAME, engine_python
 from burstguard.procs import ManagedProcess, free_port
+from burstguard.wire.records import read_records
 
 PROMPT, OUTPUT = 32, 16
 BASELINE_RATE, BASELINE_S = 20, 1.0

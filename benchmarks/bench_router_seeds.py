@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
-from burstguard.gateway.config import GatewayConfig
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
+from burstguard.core.gateway.config import GatewayConfig
 from burstguard.sim.gateway_loop import simulate_gateway
 from burstguard.workload.synth import PatternSpec, synthesize
 

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.core import EngineCore, EngineRequest
-from burstguard.engine.profile import Profile
-from burstguard.gateway.fleet.config import RouterConfig
-from burstguard.gateway.fleet.router import BackendView, Router, RouteRequest
-from burstguard.gateway.request import BackendState
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.core import EngineCore, EngineRequest
+from burstguard.core.engine.profile import Profile
+from burstguard.core.fleet.config import RouterConfig
+from burstguard.core.fleet.router import BackendView, Router, RouteRequest
+from burstguard.core.fleet.state import BackendState
 from burstguard.workload.spec import Workload
 from burstguard.workload.synth import PatternSpec, synthesize
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
 from burstguard.sim.loop import simulate
 from burstguard.workload.synth import PatternSpec, synthesize
 from burstguard.workload.traces import load_workload
@@ -36,7 +36,7 @@ def run(name: str, workload, config: EngineConfig, fast_forward: bool = True) ->
 
 def run_fleet(name: str, workload, scaling: str | None, fast_forward: bool = True) -> None:  # type: ignore[no-untyped-def]
     """The gateway core in front of 8 replicas (or an autoscaler with at most 8)."""
-    from burstguard.autoscale import load_policy
+    from burstguard.core.scaling import load_policy
     from burstguard.sim.defaults import fleet_gateway
     from burstguard.sim.gateway_loop import simulate_gateway
 

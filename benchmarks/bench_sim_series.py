@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
 from burstguard.sim import series
 from burstguard.sim.loop import simulate
 from burstguard.workload.synth import PatternSpec, synthesize

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import time
 
-from burstguard.gateway.config import GatewayConfig
-from burstguard.gateway.core import GatewayCore
-from burstguard.gateway.events import Arrive, Finish, Release
-from burstguard.gateway.request import GatewayRequest
+from burstguard.core.gateway.config import GatewayConfig
+from burstguard.core.gateway.core import GatewayCore
+from burstguard.core.gateway.events import Arrive, Finish, Release
+from burstguard.core.gateway.request import GatewayRequest
 
 TENANTS = (16, 256, 1024, 4096)
 

@@ -21,7 +21,7 @@ from burstguard.calibrate.fidelity import compare_legs, markdown
 from burstguard.engines import vllm_cpu
 from burstguard.procs import ManagedProcess, free_port
 
-PROFILES = Path(__file__).resolve().parents[1] / "src/burstguard/engine/profiles"
+PROFILES = Path(__file__).resolve().parents[1] / "src/burstguard/core/engine/profiles"
 PROFILE = PROFILES / "smollm2-135m-cpu.yaml"
 VLLM_ARGS = {"max_num_seqs": 32, "max_model_len": 2048}
 

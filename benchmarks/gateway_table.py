@@ -20,9 +20,9 @@ import argparse
 import time
 from dataclasses import dataclass, replace
 
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import PROFILES_DIR, Profile
-from burstguard.gateway.config import GatewayConfig
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import PROFILES_DIR, Profile
+from burstguard.core.gateway.config import GatewayConfig
 from burstguard.sim.compare import capacity, compare
 from burstguard.workload.synth import PatternSpec, synthesize
 

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from burstguard.autoscale import load_policy
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
+from burstguard.core.scaling import load_policy
 from burstguard.sim.cli import fleet_gateway
 from burstguard.sim.gateway_loop import simulate_gateway
 from burstguard.tune.objective import ClassSlos

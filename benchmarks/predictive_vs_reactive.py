@@ -14,8 +14,8 @@ import os
 import time
 from pathlib import Path
 
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
 from burstguard.tune.objective import ClassSlos, ScalingObjective
 from burstguard.tune.search import Runner, best, grid_search
 from burstguard.workload.traces import load_workload

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from burstguard.gateway.epp.envoy import bootstrap
+from burstguard.live.epp.envoy import bootstrap
 from burstguard.procs import ManagedProcess, free_port
 from tests.conftest import BURSTGUARD, REPO_ROOT, _require_engine
 

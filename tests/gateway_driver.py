@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from burstguard.gateway.core import GatewayCore
-from burstguard.gateway.events import Arrive, Effect, Reject, Release
-from burstguard.gateway.request import GatewayRequest
+from burstguard.core.gateway.core import GatewayCore
+from burstguard.core.gateway.events import Arrive, Effect, Reject, Release
+from burstguard.core.gateway.request import GatewayRequest
 
 
 def releases(effects: list[Effect]) -> list[GatewayRequest]:

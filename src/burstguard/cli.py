@@ -38,10 +38,10 @@ def _register_all() -> None:
     from burstguard.calibrate import cli as calibrate_cli
     from burstguard.deploycheck import cli as deploy_cli
     from burstguard.diagnose import cli as diagnose_cli
-    from burstguard.emulator import cli as emulator_cli
     from burstguard.engines import cli as engines_cli
-    from burstguard.gateway import cli as gateway_cli
-    from burstguard.gateway.epp import cli as epp_cli
+    from burstguard.live.emulator import cli as emulator_cli
+    from burstguard.live.epp import cli as epp_cli
+    from burstguard.live.gateway import cli as gateway_cli
     from burstguard.report import cli as report_cli
     from burstguard.sim import cli as sim_cli
     from burstguard.workload import cli as workload_cli
@@ -60,7 +60,7 @@ def _register_all() -> None:
         diagnose_cli,
     ):
         module.register(app)
-    __import__("burstguard.autoscale.cli", fromlist=["register"]).register(app)
+    __import__("burstguard.live.scaling.cli", fromlist=["register"]).register(app)
     __import__("burstguard.tune.cli", fromlist=["register"]).register(app)
     for info in app.registered_commands:
         # the root's list shows a docstring's first paragraph with its line breaks kept

@@ -16,9 +16,9 @@ from typing import ClassVar
 import pytest
 from tests.conftest import BURSTGUARD, start_emulator
 
-from burstguard.bench.records import read_records
-from burstguard.bench.summary import STAT_KEYS, read_summary
 from burstguard.procs import free_port
+from burstguard.wire.records import read_records
+from burstguard.wire.summary import STAT_KEYS, read_summary
 
 SHORT = ["--prompt-tokens", "64", "--output-tokens", "8"]
 

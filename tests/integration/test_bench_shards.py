@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from tests.conftest import BURSTGUARD
 
-from burstguard.bench.records import read_records
-from burstguard.bench.summary import merge_shards
+from burstguard.wire.records import read_records
+from burstguard.wire.summary import merge_shards
 
 LOAD = [
     "--pattern",

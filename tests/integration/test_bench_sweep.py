@@ -13,11 +13,11 @@ from pathlib import Path
 
 from tests.conftest import BURSTGUARD, start_emulator
 
-from burstguard.bench.summary import Slo, read_summary
-from burstguard.bench.sweep import Point, StopRule, Window, find_knee, point_from_records
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
+from burstguard.report.sweep import Point, StopRule, Window, find_knee, point_from_records
 from burstguard.sim.loop import simulate
+from burstguard.wire.summary import Slo, read_summary
 from burstguard.workload.synth import PatternSpec, synthesize
 
 PROFILE, SEQS, SPEEDUP = "smollm2-135m-cpu", 4, 20.0

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from tests.conftest import BURSTGUARD, start_emulator
 
-from burstguard.bench.records import read_records
-from burstguard.bench.summary import read_summary
+from burstguard.wire.records import read_records
+from burstguard.wire.summary import read_summary
 
 pytestmark = pytest.mark.timeout(200)
 

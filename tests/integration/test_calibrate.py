@@ -9,9 +9,9 @@ from pathlib import Path
 import yaml
 from tests.conftest import BURSTGUARD, start_emulator
 
-from burstguard.engine.machine import this_cpu
-from burstguard.engine.perf_model import BatchShape
-from burstguard.engine.profile import Profile
+from burstguard.core.engine.machine import this_cpu
+from burstguard.core.engine.perf_model import BatchShape
+from burstguard.core.engine.profile import Profile
 
 TRUTH = {"c0_s": 0.004, "c_prefill_token_s": 1.0e-4, "c_decode_seq_s": 2.0e-3,
          "c_context_token_s": 2.0e-6, "kv_cache_tokens": 200_000}  # fmt: skip

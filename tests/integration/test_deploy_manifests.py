@@ -17,16 +17,16 @@ import yaml
 from tests.conftest import BURSTGUARD
 from tests.integration.deploy_tools import DEPLOY, require
 
-from burstguard.autoscale.config import load_policy
-from burstguard.autoscale.export import ExportTarget
-from burstguard.autoscale.export import render as render_policy
+from burstguard.core.fleet.config import FleetConfig
+from burstguard.core.gateway.config import GatewayConfig
+from burstguard.core.scaling.config import load_policy
+from burstguard.core.scaling.export import ExportTarget
+from burstguard.core.scaling.export import render as render_policy
 from burstguard.deploycheck import catalogue, manifests, tree
 from burstguard.deploycheck.stack import gateway_config
-from burstguard.gateway.cli import load_config
-from burstguard.gateway.config import GatewayConfig
-from burstguard.gateway.fleet.config import FleetConfig
-from burstguard.gateway.metrics import _TTFT_BUCKETS
 from burstguard.http.server import HttpServer
+from burstguard.live.gateway.cli import load_config
+from burstguard.live.gateway.metrics import _TTFT_BUCKETS
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +200,7 @@ def test_the_epp_overlay_hangs_together(checked: tree.TreeCheck) -> None:
     which discovers the pool's pods through the engines' headless Service, exports the
     gateway's metric names to the ServiceMonitor the rules read, and runs without
     preemption (EPP mode); a typo in the pool is caught offline."""
-    from burstguard.gateway.epp.server import epp_config
+    from burstguard.live.epp.server import epp_config
 
     docs = checked.rendered["epp"]
     deployments = {d["metadata"]["name"]: d for d in objects(docs, "Deployment")}

@@ -150,8 +150,8 @@ def test_exported_scaling_policies_return_one_series(
     """The harness shared with `burstguard scaling export`: each preset's trigger runs
     against the same Prometheus and returns exactly one series (predictive: the gateway's
     live autoscaler gauge)."""
-    from burstguard.autoscale.config import load_policy
-    from burstguard.autoscale.export import ExportTarget, render
+    from burstguard.core.scaling.config import load_policy
+    from burstguard.core.scaling.export import ExportTarget, render
 
     exprs = []
     for preset in ("keda-queue", "keda-rate", "predictive"):

@@ -29,11 +29,11 @@ import pytest
 import requests
 from tests.conftest import start_emulator
 
-from burstguard.bench.summary import summarize
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
 from burstguard.scrape import metric_sum, parse_metrics
 from burstguard.sim.loop import simulate
+from burstguard.wire.summary import summarize
 from burstguard.wire.tokens import filler_text
 from burstguard.workload.synth import PatternSpec, synthesize
 

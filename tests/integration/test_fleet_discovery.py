@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from burstguard.errors import BurstguardError
-from burstguard.gateway.fleet.config import (
+from burstguard.core.fleet.config import (
     DiscoveryConfig,
     DnsDiscovery,
     FileDiscovery,
     FleetConfig,
     check_backend_urls,
 )
-from burstguard.gateway.fleet.fleet import Fleet
-from burstguard.gateway.fleet.sources import Discovery, parse_backend_file, resolve_dns
+from burstguard.core.fleet.fleet import Fleet
+from burstguard.errors import BurstguardError
+from burstguard.live.gateway.sources import Discovery, parse_backend_file, resolve_dns
 
 
 async def _until(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:

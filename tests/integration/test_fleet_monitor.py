@@ -12,15 +12,15 @@ import aiohttp
 from aiohttp import web
 from tests.conftest import serve_app
 
-from burstguard.gateway.fleet.config import (
+from burstguard.core.fleet.config import (
     DiscoveryConfig,
     FileDiscovery,
     FleetConfig,
     RouterConfig,
 )
-from burstguard.gateway.fleet.fleet import Fleet
-from burstguard.gateway.fleet.monitor import FleetMonitor
-from burstguard.gateway.fleet.router import RouteRequest
+from burstguard.core.fleet.fleet import Fleet
+from burstguard.core.fleet.router import RouteRequest
+from burstguard.live.gateway.monitor import FleetMonitor
 
 SGLANG = (
     'sglang:num_queue_reqs{model_name="m"} 2\n'

@@ -9,10 +9,10 @@ import time
 import aiohttp
 from aiohttp import web
 
-from burstguard.gateway.fleet.config import FleetConfig
-from burstguard.gateway.fleet.fleet import Fleet
-from burstguard.gateway.fleet.probe import HealthProber, probe
-from burstguard.gateway.fleet.router import RouteRequest
+from burstguard.core.fleet.config import FleetConfig
+from burstguard.core.fleet.fleet import Fleet
+from burstguard.core.fleet.router import RouteRequest
+from burstguard.live.gateway.probe import HealthProber, probe
 from burstguard.procs import free_port
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from burstguard.core.fleet.config import FleetConfig, RedisConfig
 from burstguard.errors import BurstguardError
-from burstguard.gateway.backend_metrics import backend_state
-from burstguard.gateway.fleet.config import FleetConfig, RedisConfig
-from burstguard.gateway.fleet.shared_state import SharedState, local_cap
+from burstguard.live.gateway.backend_metrics import backend_state
+from burstguard.live.gateway.shared_state import SharedState, local_cap
 from burstguard.procs import free_port
 from burstguard.redis_server import RedisServer
 

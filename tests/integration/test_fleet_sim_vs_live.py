@@ -13,9 +13,9 @@ import aiohttp
 import numpy as np
 from tests.conftest import start_emulator, start_fleet_gateway
 
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
-from burstguard.gateway.config import GatewayConfig
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
+from burstguard.core.gateway.config import GatewayConfig
 from burstguard.scrape import parse_metrics
 from burstguard.sim.gateway_loop import simulate_gateway
 from burstguard.workload.spec import RequestSpec, Workload

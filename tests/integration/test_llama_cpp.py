@@ -24,9 +24,9 @@ from tests.integration.test_gateway import (
     stream_as,
 )
 
-from burstguard.bench.summary import read_summary
 from burstguard.engines import llama_cpp
 from burstguard.scrape import metric_sum, parse_metrics
+from burstguard.wire.summary import read_summary
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.timeout(600)]
 

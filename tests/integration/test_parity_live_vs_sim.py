@@ -24,9 +24,9 @@ import aiohttp
 from tests.conftest import BURSTGUARD, start_emulator, start_fleet_gateway
 
 from burstguard.bench.payload import PayloadBuilder
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
-from burstguard.gateway.config import GatewayConfig
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
+from burstguard.core.gateway.config import GatewayConfig
 from burstguard.sim.faults import Fault, FaultKind
 from burstguard.sim.gateway_loop import simulate_gateway
 from burstguard.workload.spec import RequestSpec

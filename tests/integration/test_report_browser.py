@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from matplotlib import image
 
-from burstguard.bench.compare import compare
-from burstguard.bench.records import RequestRecord
-from burstguard.bench.summary import summarize
+from burstguard.report.compare import compare
 from burstguard.report.html import write_compare_report, write_run_report
+from burstguard.wire.records import RequestRecord
+from burstguard.wire.summary import summarize
 
 pytestmark = pytest.mark.browser
 

@@ -21,9 +21,9 @@ from tests.integration.test_gateway import (
     stream_as,
 )
 
-from burstguard.bench.summary import read_summary
 from burstguard.engines import vllm_cpu
 from burstguard.scrape import metric_sum, parse_metrics
+from burstguard.wire.summary import read_summary
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
@@ -140,8 +140,8 @@ def test_calibrated_emulator_tracks_real_vllm(vllm_server: str, tmp_path: Path) 
     profile is not used: the engine's speed is the machine's (the packaged fit came from
     an AVX2-only CPU; on one with AVX-512 bf16 it was 16-149 % off)."""
     from burstguard.calibrate.fidelity import WORKLOADS, compare_legs, markdown
-    from burstguard.engine.machine import this_cpu
-    from burstguard.engine.profile import Profile
+    from burstguard.core.engine.machine import this_cpu
+    from burstguard.core.engine.profile import Profile
 
     profile = vllm_cpu.machine_profile(vllm_server)
     fitted = Profile.load(profile)

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
-from burstguard.autoscale import PRESETS, load_policy
+from burstguard.core.scaling import PRESETS, load_policy
 from burstguard.errors import BurstguardError
 
 CRD = Path(__file__).parents[2] / "deploy" / "crds" / "keda.sh_scaledobjects.yaml"

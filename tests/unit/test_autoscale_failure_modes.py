@@ -12,9 +12,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from burstguard.autoscale import DrainReplica, ScalingPolicy, count_reversals, load_policy
-from burstguard.autoscale.hpa import ScalingRules
-from burstguard.autoscale.promql import Query
+from burstguard.core.scaling import DrainReplica, ScalingPolicy, count_reversals, load_policy
+from burstguard.core.scaling.hpa import ScalingRules
+from burstguard.core.scaling.promql import Query
 
 MU = 32.0  # requests/s one replica serves (keda-rate's target; 0.7 x the profile's 512/128 prior)
 SERVICE_S = 2.0  # seconds a request is in flight, for concurrency (KPA)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from burstguard.autoscale.hpa import (
+from burstguard.core.scaling.hpa import (
     Behavior,
     Hpa,
     HpaScalingPolicy,
     ScalingRules,
     replicas_for_metric,
 )
-from burstguard.autoscale.keda import KedaAutoscaler, KedaParams
-from burstguard.autoscale.promql import Query, ScrapedSeries
-from burstguard.autoscale.replica_pool import FleetCounts
+from burstguard.core.scaling.keda import KedaAutoscaler, KedaParams
+from burstguard.core.scaling.promql import Query, ScrapedSeries
+from burstguard.core.scaling.replica_pool import FleetCounts
 
 NO_STABILIZATION = ScalingRules(0, (HpaScalingPolicy("Percent", 100, 15),))
 

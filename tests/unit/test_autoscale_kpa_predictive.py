@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from burstguard.autoscale.cold_start import COLD_START_PRESETS, ColdStartModel
-from burstguard.autoscale.kpa import KpaAutoscaler, KpaParams
-from burstguard.autoscale.predictive import PredictiveAutoscaler, PredictiveParams, forecast_rate
-from burstguard.autoscale.replica_pool import (
+from burstguard.core.scaling.cold_start import COLD_START_PRESETS, ColdStartModel
+from burstguard.core.scaling.kpa import KpaAutoscaler, KpaParams
+from burstguard.core.scaling.predictive import PredictiveAutoscaler, PredictiveParams, forecast_rate
+from burstguard.core.scaling.replica_pool import (
     DrainReplica,
     FleetCounts,
     ReplicaPool,

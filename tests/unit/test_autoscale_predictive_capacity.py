@@ -9,14 +9,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from burstguard.autoscale import FleetCounts, ScalingPolicy, load_policy
-from burstguard.autoscale.capacity import CapacityLearner, LearnerParams
-from burstguard.autoscale.predictive import PredictiveAutoscaler, PredictiveParams
-from burstguard.autoscale.signals import SIGNAL_NAMES
-from burstguard.autoscale.work import WorkMeter
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
-from burstguard.gateway.metrics import GatewayMetrics, GaugeSnapshot
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
+from burstguard.core.scaling import FleetCounts, ScalingPolicy, load_policy
+from burstguard.core.scaling.capacity import CapacityLearner, LearnerParams
+from burstguard.core.scaling.predictive import PredictiveAutoscaler, PredictiveParams
+from burstguard.core.scaling.signals import SIGNAL_NAMES
+from burstguard.core.scaling.work import WorkMeter
+from burstguard.live.gateway.metrics import GatewayMetrics, GaugeSnapshot
 from burstguard.sim.cli import fleet_gateway
 from burstguard.sim.gateway_loop import simulate_gateway
 from burstguard.workload.spec import Workload

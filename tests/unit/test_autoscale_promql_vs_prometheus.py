@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from burstguard.autoscale.promql import Query, ScrapedSeries
+from burstguard.core.scaling.promql import Query, ScrapedSeries
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool")
 

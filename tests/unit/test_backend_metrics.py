@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from burstguard.gateway.backend_metrics import backend_state
+from burstguard.live.gateway.backend_metrics import backend_state
 
 SGLANG_TEXT = """\
 # HELP sglang:num_running_reqs The number of running requests.

@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from burstguard.bench.records import RequestRecord
-from burstguard.bench.summary import Slo
-from burstguard.bench.sweep import (
+from burstguard.report.sweep import (
     Point,
     StopRule,
     SweepSpec,
@@ -23,6 +21,8 @@ from burstguard.bench.sweep import (
     sweep_doc,
     write_sweep,
 )
+from burstguard.wire.records import RequestRecord
+from burstguard.wire.summary import Slo
 
 RULE = StopRule(min_slo_attainment=0.9, max_error_rate=0.05)
 

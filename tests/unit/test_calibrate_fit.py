@@ -6,7 +6,7 @@ import pytest
 
 from burstguard.calibrate.cli import kv_capacity_from_metrics
 from burstguard.calibrate.fit import StepSample, fit_step_model
-from burstguard.engine.perf_model import BatchShape, FittedModel
+from burstguard.core.engine.perf_model import BatchShape, FittedModel
 
 TRUTH = FittedModel(0.004, 2e-4, 1.5e-3, 4e-7, 3e-3)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from burstguard.bench.compare import (
+from burstguard.report.compare import (
     Thresholds,
     Tolerances,
     compare,
@@ -18,8 +18,8 @@ from burstguard.bench.compare import (
     queue_drain,
     server_column,
 )
-from burstguard.bench.records import RequestRecord, write_records
-from burstguard.bench.summary import summarize, write_summary
+from burstguard.wire.records import RequestRecord, write_records
+from burstguard.wire.summary import summarize, write_summary
 
 BURSTGUARD = [sys.executable, "-m", "burstguard.cli"]
 

@@ -7,12 +7,12 @@ from dataclasses import asdict
 
 import pytest
 
-from burstguard.bench.summary import summarize
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
 from burstguard.diagnose.run import RunData
 from burstguard.diagnose.walk import diagnose
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
 from burstguard.sim.loop import simulate
+from burstguard.wire.summary import summarize
 from burstguard.workload.synth import PatternSpec, synthesize
 
 H100 = Profile.load("llama3-8b-h100")

@@ -14,11 +14,11 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from google.protobuf import struct_pb2
 
+from burstguard.core.gateway.classify import Classifier
+from burstguard.core.gateway.config import GatewayConfig
 from burstguard.errors import ConfigError
-from burstguard.gateway.classify import Classifier
-from burstguard.gateway.config import GatewayConfig
-from burstguard.gateway.epp import protocol
-from burstguard.gateway.epp.server import EndpointPicker, epp_config
+from burstguard.live.epp import protocol
+from burstguard.live.epp.server import EndpointPicker, epp_config
 
 A, B = "http://10.0.0.1:8000", "http://10.0.0.2:8000"
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from burstguard.gateway.fleet.config import FleetConfig, HealthConfig, RetryBudgetConfig
-from burstguard.gateway.fleet.fleet import Fleet
-from burstguard.gateway.fleet.health import CircuitState
-from burstguard.gateway.fleet.membership import Membership
-from burstguard.gateway.fleet.router import RouteRequest
-from burstguard.gateway.request import BackendState
+from burstguard.core.fleet.config import FleetConfig, HealthConfig, RetryBudgetConfig
+from burstguard.core.fleet.fleet import Fleet
+from burstguard.core.fleet.health import CircuitState
+from burstguard.core.fleet.membership import Membership
+from burstguard.core.fleet.router import RouteRequest
+from burstguard.core.fleet.state import BackendState
 
 A, B, C = "http://a:8000", "http://b:8000", "http://c:8000"
 REQ = RouteRequest(100)

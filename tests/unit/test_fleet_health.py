@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from burstguard.gateway.fleet.config import HealthConfig
-from burstguard.gateway.fleet.health import CircuitBreaker, CircuitState, HealthCheck
+from burstguard.core.fleet.config import HealthConfig
+from burstguard.core.fleet.health import CircuitBreaker, CircuitState, HealthCheck
 
 CFG = HealthConfig(failure_threshold=3, open_s=1.0, success_threshold=2, probe_interval_s=0.25)
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from burstguard.gateway.fleet.config import FleetConfig, HealthConfig, RedisConfig
-from burstguard.gateway.fleet.fleet import Fleet
-from burstguard.gateway.fleet.metrics import FleetCollector
-from burstguard.gateway.fleet.router import RouteRequest
-from burstguard.gateway.fleet.shared_state import SharedState
-from burstguard.gateway.request import BackendState
+from burstguard.core.fleet.config import FleetConfig, HealthConfig, RedisConfig
+from burstguard.core.fleet.fleet import Fleet
+from burstguard.core.fleet.router import RouteRequest
+from burstguard.core.fleet.state import BackendState
+from burstguard.live.gateway.fleet_metrics import FleetCollector
+from burstguard.live.gateway.shared_state import SharedState
 from burstguard.scrape import parse_metrics
 
 A, B = "http://a:1", "http://b:1"

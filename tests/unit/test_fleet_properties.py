@@ -7,10 +7,10 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from burstguard.gateway.fleet.config import FleetConfig, RouterConfig
-from burstguard.gateway.fleet.fleet import FAILURE_REASONS, Fleet
-from burstguard.gateway.fleet.membership import Membership
-from burstguard.gateway.fleet.router import BackendView, Router, RouteRequest
+from burstguard.core.fleet.config import FleetConfig, RouterConfig
+from burstguard.core.fleet.fleet import FAILURE_REASONS, Fleet
+from burstguard.core.fleet.membership import Membership
+from burstguard.core.fleet.router import BackendView, Router, RouteRequest
 
 URLS = [f"http://b{i}:8000" for i in range(5)]
 

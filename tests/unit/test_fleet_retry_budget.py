@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from burstguard.gateway.fleet.config import RetryBudgetConfig
-from burstguard.gateway.fleet.retry_budget import RetryBudget
+from burstguard.core.fleet.config import RetryBudgetConfig
+from burstguard.core.fleet.retry_budget import RetryBudget
 
 
 def test_floor_then_ratio_of_requests_in_window() -> None:

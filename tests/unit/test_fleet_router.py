@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from burstguard.gateway.fleet.affinity import HashRing, affinity_key, bounded_capacity
-from burstguard.gateway.fleet.config import RouterConfig
-from burstguard.gateway.fleet.router import BackendView, Router, RouteRequest
+from burstguard.core.fleet.affinity import HashRing, affinity_key, bounded_capacity
+from burstguard.core.fleet.config import RouterConfig
+from burstguard.core.fleet.router import BackendView, Router, RouteRequest
 from burstguard.wire.prefix import block_hashes as prompt_block_hashes
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from burstguard.autoscale import load_policy
+from burstguard.core.gateway.config import GatewayConfig
+from burstguard.core.scaling import load_policy
 from burstguard.errors import BurstguardError
-from burstguard.gateway.config import GatewayConfig
 
 BACKENDS = [{"url": "http://127.0.0.1:1"}]
 

@@ -1,4 +1,4 @@
-"""Classification is one rule (`gateway.classify`) for the live gateway and the simulator:
+"""Classification is one rule (`core.gateway.classify`) for the live gateway and the simulator:
 key tier, then class header, then vLLM `priority`, then the default class; a class header
 naming no class is refused (400) in both, not served as the default."""
 
@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
-from burstguard.gateway.api import CompletionRequest
-from burstguard.gateway.auth import Identity
-from burstguard.gateway.classify import Classifier, UnknownClass
-from burstguard.gateway.config import GatewayConfig
-from burstguard.gateway.server import Gateway
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
+from burstguard.core.gateway.api import CompletionRequest
+from burstguard.core.gateway.auth import Identity
+from burstguard.core.gateway.classify import Classifier, UnknownClass
+from burstguard.core.gateway.config import GatewayConfig
+from burstguard.live.gateway.server import Gateway
 from burstguard.sim.gateway_loop import simulate_gateway
 from burstguard.workload.spec import RequestSpec, Workload
 

@@ -10,13 +10,18 @@ import orjson
 import pytest
 from tests.gateway_driver import queue, rejects, releases, unlisted
 
+from burstguard.core.gateway.admission import ClassInflow, estimate_wait
+from burstguard.core.gateway.config import (
+    AdmissionConfig,
+    BackendConfig,
+    ClassConfig,
+    GatewayConfig,
+)
+from burstguard.core.gateway.core import GatewayCore
+from burstguard.core.gateway.events import Arrive, Cancel, Finish, FirstToken, Tick
+from burstguard.core.gateway.request import GatewayRequest
 from burstguard.errors import BurstguardError
-from burstguard.gateway.admission import ClassInflow, estimate_wait
-from burstguard.gateway.cli import load_config
-from burstguard.gateway.config import AdmissionConfig, BackendConfig, ClassConfig, GatewayConfig
-from burstguard.gateway.core import GatewayCore
-from burstguard.gateway.events import Arrive, Cancel, Finish, FirstToken, Tick
-from burstguard.gateway.request import GatewayRequest
+from burstguard.live.gateway.cli import load_config
 from burstguard.wire.outcomes import Outcome, Reason
 from burstguard.workload import seed
 
@@ -188,8 +193,8 @@ def test_the_backend_tokenizer_counts_prompts(tmp_path: Path, reference_tokenize
     """`auto` counts a Chinese prompt for the reference model with its real tokenizer (the
     estimate would not match it exactly), other models by the estimate; a bad tokenizer
     path is refused at start."""
-    from burstguard.gateway.api import CompletionRequest
-    from burstguard.gateway.server import Gateway
+    from burstguard.core.gateway.api import CompletionRequest
+    from burstguard.live.gateway.server import Gateway
     from burstguard.tokenizer import load_tokenizer
     from burstguard.wire.tokens import count_tokens
 

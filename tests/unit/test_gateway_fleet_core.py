@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from burstguard.errors import BurstguardError
-from burstguard.gateway.config import GatewayConfig
-from burstguard.gateway.core import GatewayCore
-from burstguard.gateway.events import (
+from burstguard.core.fleet.fleet import Fleet
+from burstguard.core.fleet.state import BackendState
+from burstguard.core.gateway.config import GatewayConfig
+from burstguard.core.gateway.core import GatewayCore
+from burstguard.core.gateway.events import (
     Abandon,
     Arrive,
     BackendFailed,
@@ -23,9 +24,9 @@ from burstguard.gateway.events import (
     Scrape,
     Tick,
 )
-from burstguard.gateway.fleet.fleet import Fleet
-from burstguard.gateway.fleet.sources import parse_backend_file
-from burstguard.gateway.request import BackendState, GatewayRequest
+from burstguard.core.gateway.request import GatewayRequest
+from burstguard.errors import BurstguardError
+from burstguard.live.gateway.sources import parse_backend_file
 
 A, B = "http://a:1", "http://b:1"
 
@@ -192,7 +193,7 @@ def test_discovered_backends_take_discoverys_options_preempt_and_forward_priorit
 def test_the_live_gateway_counts_prompts_with_discoverys_tokenizer(tmp_path: Path) -> None:
     """The discovered backends' tokenizer counts prompts (a bad path is refused at start,
     as for a static backend); the shell reads their other settings from the core."""
-    from burstguard.gateway.server import Gateway
+    from burstguard.live.gateway.server import Gateway
 
     cfg, urls = discovered(tmp_path, tokenizer=str(tmp_path / "missing.json"))
     with pytest.raises(BurstguardError, match="cannot load a tokenizer"):

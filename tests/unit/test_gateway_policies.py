@@ -9,12 +9,13 @@ from collections import Counter
 import pytest
 from tests.gateway_driver import queue, releases, unlisted
 
-from burstguard.gateway.admission import InFlightLimits, ServiceRate
-from burstguard.gateway.config import AdmissionConfig, GatewayConfig, PredictorConfig
-from burstguard.gateway.core import GatewayCore
-from burstguard.gateway.events import Finish, Release, Tick
-from burstguard.gateway.predictor import OutputPredictor
-from burstguard.gateway.request import BackendState, GatewayRequest
+from burstguard.core.fleet.state import BackendState
+from burstguard.core.gateway.admission import InFlightLimits, ServiceRate
+from burstguard.core.gateway.config import AdmissionConfig, GatewayConfig, PredictorConfig
+from burstguard.core.gateway.core import GatewayCore
+from burstguard.core.gateway.events import Finish, Release, Tick
+from burstguard.core.gateway.predictor import OutputPredictor
+from burstguard.core.gateway.request import GatewayRequest
 
 BACKEND = "http://a:1"
 
@@ -227,9 +228,9 @@ def test_vtc_remembers_recently_idle_tenants_and_forgets_past_the_lru(max_idle: 
     (in the idle LRU), heavy returns with its counter: steady goes first until it catches
     up. Forgotten (an LRU of 0), heavy returns at the floor (steady's counter), as a new
     tenant would: that is all forgetting costs."""
-    from burstguard.gateway.policies import VirtualTokenCounter
-    from burstguard.gateway.queue import ClassQueue
-    from burstguard.gateway.request import Entry
+    from burstguard.core.gateway.policies import VirtualTokenCounter
+    from burstguard.core.gateway.queue import ClassQueue
+    from burstguard.core.gateway.request import Entry
 
     cls = GatewayConfig().class_by_name("standard")
     vtc = VirtualTokenCounter(max_idle=max_idle)
@@ -266,7 +267,7 @@ def test_vtc_orders_a_tenant_served_through_other_replicas_behind_a_light_one() 
     """Gateway B holds heavy's and light's requests (equal sizes) behind one slot, while
     another replica keeps serving heavy: each sync brings B that service (`FleetService`).
     B then serves light first; counting only its own service it would alternate."""
-    from burstguard.gateway.events import FleetService
+    from burstguard.core.gateway.events import FleetService
 
     gw = _core("vtc", 1)
     tenants = [("heavy", "light")[k % 2] for k in range(40)]
@@ -293,7 +294,7 @@ def test_a_refused_lease_does_not_count_as_service() -> None:
     """Another replica held the backend's shared cap, so the release was never sent: its
     tenant is not charged for it. light's releases are refused three times each; VTC still
     alternates (charged per attempt, light would get one turn in four)."""
-    from burstguard.gateway.events import LeaseRefused, Tick
+    from burstguard.core.gateway.events import LeaseRefused, Tick
 
     gw = GatewayCore(GatewayConfig.from_dict({
         "backends": [{"url": "http://a:1"}],

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from burstguard.gateway.config import PredictorConfig
-from burstguard.gateway.predictor import OutputPredictor
+from burstguard.core.gateway.config import PredictorConfig
+from burstguard.core.gateway.predictor import OutputPredictor
 
 
 def test_history_keeps_only_the_most_recently_used_keys() -> None:

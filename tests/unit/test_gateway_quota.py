@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from burstguard.core.gateway.config import BackendConfig, GatewayConfig, QuotaConfig, QuotaLimit
+from burstguard.core.gateway.core import GatewayCore
+from burstguard.core.gateway.events import Arrive, Cancel, Finish, Reject, Release, Settle, Tick
+from burstguard.core.gateway.quota import Bucket, BucketCharge, Quotas, Verdict, give, key_id, take
+from burstguard.core.gateway.request import GatewayRequest
 from burstguard.errors import ConfigError
-from burstguard.gateway.config import BackendConfig, GatewayConfig, QuotaConfig, QuotaLimit
-from burstguard.gateway.core import GatewayCore
-from burstguard.gateway.events import Arrive, Cancel, Finish, Reject, Release, Settle, Tick
-from burstguard.gateway.quota import Bucket, BucketCharge, Quotas, Verdict, give, key_id, take
-from burstguard.gateway.request import GatewayRequest
 from burstguard.wire.outcomes import Reason
 
 BACKEND = ({"url": "http://a:1"},)
@@ -107,7 +107,7 @@ def _req(
 
 
 def test_the_most_specific_rule_applies() -> None:
-    from burstguard.gateway.config import ApiKeyConfig
+    from burstguard.core.gateway.config import ApiKeyConfig
 
     k = ApiKeyConfig(key="k" * 12, tenant="acme", tier="standard",
                      quota=QuotaLimit(requests_per_second=5))  # fmt: skip

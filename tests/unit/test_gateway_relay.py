@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from burstguard.gateway.relay import SseRelay, resume_body, upstream_body
+from burstguard.live.gateway.relay import SseRelay, resume_body, upstream_body
 
 
 def event(obj: object) -> bytes:

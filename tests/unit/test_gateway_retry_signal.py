@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from burstguard.client import RETRY_COUNT_HEADER
-from burstguard.gateway.metrics import GatewayMetrics, GaugeSnapshot, is_retry
+from burstguard.live.gateway.metrics import GatewayMetrics, GaugeSnapshot, is_retry
 
 
 def test_only_a_positive_retry_count_is_a_retry() -> None:

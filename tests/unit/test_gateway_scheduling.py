@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from tests.conftest import REPO_ROOT
 
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
+from burstguard.core.gateway.config import GatewayConfig
+from burstguard.core.gateway.core import TICK_S, GatewayCore
+from burstguard.core.gateway.events import Arrive, Finish, FirstToken, Preempt, Release, Tick
+from burstguard.core.gateway.request import GatewayRequest
 from burstguard.errors import BurstguardError
-from burstguard.gateway.config import GatewayConfig
-from burstguard.gateway.core import TICK_S, GatewayCore
-from burstguard.gateway.events import Arrive, Finish, FirstToken, Preempt, Release, Tick
-from burstguard.gateway.request import GatewayRequest
 from burstguard.sim.compare import capacity, compare
 from burstguard.sim.gateway_loop import simulate_gateway
 from burstguard.workload.spec import RequestSpec, Workload

@@ -11,8 +11,8 @@ import pytest
 from aiohttp import web
 from tests.conftest import BURSTGUARD, serve_app
 
-from burstguard.autoscale.config import ScalingPolicy
-from burstguard.autoscale.local_fleet import LocalFleet
+from burstguard.core.scaling.config import ScalingPolicy
+from burstguard.live.scaling.local_fleet import LocalFleet
 
 BIN_S = 2.0
 BURST_AT, BURST = 3.0, 10  # engine seconds, requests: one burst, inside the bin (2, 4]

@@ -14,12 +14,12 @@ from typer.testing import CliRunner
 
 from burstguard.bench.payload import PayloadBuilder
 from burstguard.cli import app
-from burstguard.engine.kv_cache import expand_block_hashes
-from burstguard.gateway.api import parse_request
-from burstguard.gateway.fleet.config import RouterConfig
-from burstguard.schema import ChatCompletionRequest
+from burstguard.core.engine.kv_cache import expand_block_hashes
+from burstguard.core.fleet.config import RouterConfig
+from burstguard.core.gateway.api import parse_request
 from burstguard.sim.gateway_loop import routing_hashes
 from burstguard.wire.prefix import block_hashes
+from burstguard.wire.schema import ChatCompletionRequest
 from burstguard.wire.tokens import count_tokens
 from burstguard.workload.prompts import PromptRenderer
 from burstguard.workload.spec import RequestSpec, Workload
@@ -105,7 +105,7 @@ def test_mooncake_prefix_reuse_in_the_sim_is_the_traces_own(tmp_path: Path) -> N
     """With a KV pool large enough to hold every block, the sim's prefix_cache.hit_rate is
     the trace's reuse counted from its hash_ids, within 2 points; without prefix caching
     nothing is looked up."""
-    from burstguard.engine.profile import Profile
+    from burstguard.core.engine.profile import Profile
 
     path, part = _mooncake_slice(tmp_path)
     expected = independent_hit_rate(part, Profile.load("llama3-8b-h100").chat_template_tokens)

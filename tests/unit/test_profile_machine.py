@@ -9,8 +9,8 @@ from pathlib import Path
 import yaml
 from tests.conftest import BURSTGUARD
 
-from burstguard.engine.machine import parse_cpuinfo, this_cpu
-from burstguard.engine.profile import PROFILES_DIR, Profile
+from burstguard.core.engine.machine import parse_cpuinfo, this_cpu
+from burstguard.core.engine.profile import PROFILES_DIR, Profile
 
 AVX2_EPYC = """processor\t: 0
 vendor_id\t: AuthenticAMD

@@ -13,8 +13,8 @@ import pytest
 import typer
 
 from burstguard.bench.runner import BenchConfig
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
 from burstguard.workload import scenario, seed
 from burstguard.workload.synth import PatternSpec
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from tests.conftest import BURSTGUARD
 
-from burstguard.autoscale import ScalingPolicy, load_policy
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
+from burstguard.core.scaling import ScalingPolicy, load_policy
 from burstguard.report.fleet_plot import fleet_figure
 from burstguard.sim.defaults import fleet_gateway
 from burstguard.sim.gateway_loop import simulate_gateway
@@ -152,7 +152,7 @@ def test_a_ready_replica_takes_traffic_once_the_gateway_discovery_has_seen_it(
 ) -> None:
     """Live, the gateway re-reads its backend file every `interval_s` of wall time: a
     replica listed at t is routed to from t + half that on average (x engine_speedup)."""
-    from burstguard.gateway.config import GatewayConfig
+    from burstguard.core.gateway.config import GatewayConfig
     from burstguard.sim.gateway_loop import _GatewaySim
 
     scaling = ScalingPolicy.model_validate(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
 from burstguard.sim.closed import Cycle, Users, simulate_closed
 from burstguard.sim.loop import simulate
 from burstguard.sim.series import KV_USAGE, RUNNING, WAITING

@@ -10,11 +10,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from burstguard.bench.summary import summarize
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.core import EngineCore, EngineRequest
-from burstguard.engine.profile import Profile
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.core import EngineCore, EngineRequest
+from burstguard.core.engine.profile import Profile
 from burstguard.sim.loop import simulate
+from burstguard.wire.summary import summarize
 from burstguard.workload.spec import Workload
 from burstguard.workload.synth import PatternSpec, synthesize
 

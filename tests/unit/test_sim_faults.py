@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from tests.conftest import BURSTGUARD
 
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
-from burstguard.gateway.config import GatewayConfig
-from burstguard.gateway.errors import failure_of
-from burstguard.gateway.failure import Failure
-from burstguard.gateway.fleet.fleet import FAILURE_REASONS
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
+from burstguard.core.fleet.fleet import FAILURE_REASONS
+from burstguard.core.gateway.config import GatewayConfig
+from burstguard.core.gateway.failure import Failure
 from burstguard.http.client import Broken, Unreachable, UpstreamTimeout
+from burstguard.live.gateway.errors import failure_of
 from burstguard.sim.defaults import fleet_gateway
 from burstguard.sim.faults import Fault, FaultFileError, FaultKind, parse_faults
 from burstguard.sim.gateway_loop import _GatewaySim, simulate_gateway

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from tests.conftest import REPO_ROOT
 
-from burstguard.autoscale import load_policy
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
-from burstguard.gateway.config import GatewayConfig
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
+from burstguard.core.gateway.config import GatewayConfig
+from burstguard.core.scaling import load_policy
 from burstguard.sim.defaults import fleet_gateway
 from burstguard.sim.gateway_loop import GatewaySimResult, simulate_gateway
 from burstguard.workload.synth import PatternSpec, synthesize

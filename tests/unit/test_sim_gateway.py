@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from tests.conftest import BURSTGUARD, REPO_ROOT
 
-from burstguard.bench.summary import summarize
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
-from burstguard.gateway.config import GatewayConfig
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
+from burstguard.core.gateway.config import GatewayConfig
 from burstguard.sim.gateway_loop import gateway_summary, simulate_gateway
 from burstguard.sim.loop import simulate
+from burstguard.wire.summary import summarize
 from burstguard.workload.spec import RequestSpec, Workload
 
 H100 = Profile.load("llama3-8b-h100")

@@ -6,12 +6,12 @@ per tenant what was admitted and what the quota refused; `diagnose` names the te
 
 from __future__ import annotations
 
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
+from burstguard.core.gateway.config import GatewayConfig
 from burstguard.diagnose.cli import render
 from burstguard.diagnose.run import RunData
 from burstguard.diagnose.walk import diagnose
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
-from burstguard.gateway.config import GatewayConfig
 from burstguard.sim.gateway_loop import gateway_summary, simulate_gateway
 from burstguard.workload.spec import RequestSpec, Workload
 

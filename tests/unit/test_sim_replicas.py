@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 from tests.conftest import BURSTGUARD, REPO_ROOT
 
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
-from burstguard.gateway.config import GatewayConfig
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
+from burstguard.core.gateway.config import GatewayConfig
 from burstguard.sim.gateway_loop import _GatewaySim, simulate_gateway
 from burstguard.sim.replicas import replica_id
 from burstguard.workload.spec import RequestSpec, Workload

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from tests.conftest import BURSTGUARD
 
-from burstguard.autoscale import load_policy
-from burstguard.bench.records import RequestRecord
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
+from burstguard.core.scaling import load_policy
 from burstguard.tune.objective import ClassSlos, EngineObjective, ScalingObjective, Trial
 from burstguard.tune.search import Runner, best, coordinate_descent, grid_search, pareto_front
 from burstguard.tune.space import ENGINE_KNOBS, grid, parse_axes, scaling_knobs
+from burstguard.wire.records import RequestRecord
 from burstguard.workload.spec import RequestSpec, Workload
 from burstguard.workload.traces import load_workload
 from burstguard.workload.transform import slice_window

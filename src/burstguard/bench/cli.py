@@ -15,7 +15,7 @@ from burstguard.workload.scenario import SCENARIOS
 from burstguard.workload.synth import PatternSpec
 
 if TYPE_CHECKING:
-    from burstguard.bench.compare import Verdict
+    from burstguard.report.compare import Verdict
 
 _LOAD, _CLIENT, _OUT, _SWEEP = "Load", "Client behaviour", "Output", "Sweep"
 
@@ -203,10 +203,10 @@ def bench(
     --rate; burst: the seed's pattern at the steady leg's measured rate).
     """
     from burstguard.bench.runner import BenchConfig
-    from burstguard.bench.summary import Slo
     from burstguard.client.retry import RETRY_MODES, RetryPolicy
     from burstguard.clock import check_start_at
     from burstguard.http.preflight import check_target
+    from burstguard.wire.summary import Slo
 
     if api not in ("chat", "completions"):
         raise UserError(f"--api {api!r}: use chat or completions")
@@ -239,7 +239,7 @@ def bench(
                         "and no --pattern, --rate or --concurrency")  # fmt: skip
     sweep_plan = None
     if sweep is not None:
-        from burstguard.bench.sweep import plan_sweep
+        from burstguard.report.sweep import plan_sweep
 
         try:
             sweep_plan = plan_sweep(
@@ -422,8 +422,8 @@ def _steady_vs_burst(
     quiet: bool,
 ) -> Verdict:
     """Steady leg, then the burst leg at the steady leg's measured request rate."""
-    from burstguard.bench.compare import Thresholds
     from burstguard.report.cli import run_compare
+    from burstguard.report.compare import Thresholds
     from burstguard.report.table import print_verdict
     from burstguard.workload.scenario import burst_leg, matched_rate, steady_leg
 

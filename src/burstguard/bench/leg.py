@@ -7,11 +7,11 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from burstguard.bench.records import RecordWriter, RequestRecord
 from burstguard.bench.runner import BenchConfig, Reporter, _run, new_loop
-from burstguard.bench.summary import prefix_cache_from_series, summarize, write_summary
 from burstguard.bench.workers import run_workers
 from burstguard.scrape import MetricsPoller
+from burstguard.wire.records import RecordWriter, RequestRecord
+from burstguard.wire.summary import prefix_cache_from_series, summarize, write_summary
 from burstguard.workload.spec import Workload
 
 

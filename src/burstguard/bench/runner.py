@@ -30,13 +30,13 @@ from typing import Any
 
 from burstguard.bench import stream
 from burstguard.bench.payload import Api, PayloadBuilder
-from burstguard.bench.records import RecordWriter, RequestRecord
-from burstguard.bench.summary import Slo
 from burstguard.client.retry import RetryBudget, RetryPolicy, retry_headers
 from burstguard.clock import schedule_origin
 from burstguard.http.client import UpstreamPool
 from burstguard.scrape import MetricsPoller
 from burstguard.wire.outcomes import Outcome
+from burstguard.wire.records import RecordWriter, RequestRecord
+from burstguard.wire.summary import Slo
 from burstguard.workload.cycle import BurstCycle, CycleSpec
 from burstguard.workload.spec import RequestSpec, Workload
 

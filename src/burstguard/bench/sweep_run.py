@@ -15,9 +15,8 @@ from typing import Any
 
 from burstguard.bench.leg import run_bench
 from burstguard.bench.progress import make_reporter
-from burstguard.bench.records import read_records
 from burstguard.bench.runner import BenchConfig
-from burstguard.bench.sweep import (
+from burstguard.report.sweep import (
     Point,
     StopRule,
     SweepSpec,
@@ -26,6 +25,7 @@ from burstguard.bench.sweep import (
     sweep_doc,
     write_sweep,
 )
+from burstguard.wire.records import read_records
 from burstguard.workload.synth import PatternSpec, shape_pool, synthesize
 
 
@@ -127,7 +127,7 @@ def steady_from_sweep(
     """--scenario steady-vs-burst's steady point from a sweep's knee: Poisson at the knee
     rate (open loop), or the knee's users (closed loop). Returns (pattern_spec, config)
     as the scenario takes them; ValueError when the file is no sweep or found no knee."""
-    from burstguard.bench.sweep import knee_of, read_sweep
+    from burstguard.report.sweep import knee_of, read_sweep
 
     axis, load = knee_of(read_sweep(path), path)
     if axis == "rate":

@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from burstguard.bench.records import RecordWriter, RequestRecord, read_records
 from burstguard.bench.runner import BenchConfig, LiveCounts, Reporter, _run, new_loop
 from burstguard.clock import schedule_origin
 from burstguard.errors import TargetError
 from burstguard.scrape import MetricsPoller
+from burstguard.wire.records import RecordWriter, RequestRecord, read_records
 from burstguard.workload.spec import Workload
 
 COUNTS = ("sent", "in_flight", "done", "errors", "retries")

@@ -34,7 +34,7 @@ from burstguard.calibrate.probe import (
     decode_samples,
     prefill_samples,
 )
-from burstguard.engine.machine import this_cpu
+from burstguard.core.engine.machine import this_cpu
 from burstguard.errors import UserError, check_writable
 from burstguard.http.preflight import check_target, served_cards
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from burstguard.bench.summary import read_summary
 from burstguard.errors import TargetError
+from burstguard.wire.summary import read_summary
 
 SHAPE = ("--prompt-tokens", "60", "--output-tokens", "32")  # for the patterns
 AZURE_CODE = Path(__file__).resolve().parents[3] / "examples" / "traces" / "azure2023_code.csv"

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
-from burstguard.engine.perf_model import BatchShape, FittedModel
+from burstguard.core.engine.perf_model import BatchShape, FittedModel
 
 
 @dataclass(frozen=True, slots=True)

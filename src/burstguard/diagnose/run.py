@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from burstguard.bench.compare import KV_METRICS, QUEUE_METRICS, preemptions, server_column
-from burstguard.bench.records import RequestRecord, read_records
-from burstguard.bench.summary import read_summary
+from burstguard.report.compare import KV_METRICS, QUEUE_METRICS, preemptions, server_column
+from burstguard.wire.records import RequestRecord, read_records
+from burstguard.wire.summary import read_summary
 
 RUNNING_METRICS = ("vllm:num_requests_running",)
 STEP_TOKENS_SUM = ("vllm:iteration_tokens_total_sum",)

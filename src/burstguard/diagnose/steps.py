@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from burstguard.bench.compare import queue_drain
 from burstguard.diagnose.run import RunData
+from burstguard.report.compare import queue_drain
 
 Status = Literal["found", "not_found", "cannot_tell"]
 Cause = Literal["retry_storm", "queue", "batch_building", "kv_memory", "scaling_lag"]
@@ -76,7 +76,7 @@ QUOTA_ERROR = "quota_exceeded"  # the gateway's 429 code (wire.outcomes.Reason.Q
 
 def over_quota(run: RunData) -> list[dict[str, Any]]:
     """Tenants whose quota refused requests, most refused first: from the summary's
-    `gateway.quota` block (`burstguard sim --gateway`), else from records whose error is
+    `core.gateway.quota` block (`burstguard sim --gateway`), else from records whose error is
     `quota_exceeded` (sim) or whose 429 said so (bench's `error_code`). Each names its share
     of all the run's 429s: when quotas refused them, the gateway did what it was told, and
     no engine setting will change it."""

@@ -123,8 +123,8 @@ def server(
 
 def _fitted_here(path: Path) -> bool:
     """A cached profile fitted on this CPU against this vLLM version."""
-    from burstguard.engine.machine import this_cpu
-    from burstguard.engine.profile import Profile
+    from burstguard.core.engine.machine import this_cpu
+    from burstguard.core.engine.profile import Profile
 
     if not path.is_file():
         return False
@@ -144,8 +144,8 @@ def machine_profile(base_url: str | None = None) -> Path:
     engine once per machine (and vLLM version), cached like the venv; later calls return
     the cached file, which `--profile smollm2-135m-cpu` then resolves to. `base_url`: a
     running default server (SERVER_SEQS slots) to fit against; None starts one."""
-    from burstguard.engine.machine import this_cpu
-    from burstguard.engine.profile import machine_profile_path
+    from burstguard.core.engine.machine import this_cpu
+    from burstguard.core.engine.profile import machine_profile_path
 
     path = machine_profile_path(PROFILE_NAME).resolve()
     if _fitted_here(path):

@@ -68,7 +68,7 @@ class ServerLimits(Protocol):
     def linger_s(self) -> float: ...
 
 
-log = logging.getLogger("burstguard.gateway")
+log = logging.getLogger("burstguard.core.gateway")
 
 _REASONS = {
     100: "Continue", 200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",

@@ -9,16 +9,16 @@ from typing import Annotated, Any
 
 import typer
 
-from burstguard.bench.compare import (
+from burstguard.errors import UserError
+from burstguard.report.compare import (
     Thresholds,
     Tolerances,
     Verdict,
     compare,
     compare_baseline,
 )
-from burstguard.bench.records import RequestRecord, read_records
-from burstguard.bench.summary import merge_shards, read_summary
-from burstguard.errors import UserError
+from burstguard.wire.records import RequestRecord, read_records
+from burstguard.wire.summary import merge_shards, read_summary
 
 
 def summary_path(path: Path) -> Path:
@@ -230,8 +230,8 @@ def report_cmd(
 
 
 def _sweep_report(path: Path, out: Path, title: str) -> None:
-    from burstguard.bench.sweep import read_sweep
     from burstguard.report.html import write_sweep_report
+    from burstguard.report.sweep import read_sweep
 
     try:
         doc = read_sweep(path)

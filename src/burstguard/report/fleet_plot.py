@@ -11,7 +11,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from burstguard.bench.records import RequestRecord
+from burstguard.wire.records import RequestRecord
 
 Leg = tuple[str, dict[str, Any], Sequence[RequestRecord]]
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")

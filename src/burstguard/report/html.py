@@ -22,10 +22,10 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from burstguard.bench.compare import KV_METRICS, QUEUE_METRICS, Verdict, server_column
-from burstguard.bench.records import RequestRecord
+from burstguard.report.compare import KV_METRICS, QUEUE_METRICS, Verdict, server_column
 from burstguard.report.fleet_plot import fleet_figure
 from burstguard.report.table import fmt_leg, fmt_value
+from burstguard.wire.records import RequestRecord
 
 Leg = tuple[str, dict[str, Any], Sequence[RequestRecord]]
 

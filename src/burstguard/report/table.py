@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from burstguard.bench.compare import Check, Verdict
+from burstguard.report.compare import Check, Verdict
 
 STATUS_STYLE = {
     "pass": "bold green",

@@ -1,5 +1,5 @@
 """The autoscaler on the simulator's event heap: one `ScalingController` (policy + fleet
-state machine, `burstguard.autoscale`) driving the gateway simulation's `ReplicaSet`.
+state machine, `burstguard.core.scaling`) driving the gateway simulation's `ReplicaSet`.
 
 The controller decides and keeps the books (replicas series, replica-seconds, scale
 events); this entity only carries its effects out in virtual time: a replica that the
@@ -19,7 +19,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from burstguard.autoscale import (
+from burstguard.core.gateway.config import GatewayConfig
+from burstguard.core.scaling import (
     DrainReplica,
     FleetEffect,
     ReplicaReady,
@@ -28,8 +29,7 @@ from burstguard.autoscale import (
     Signals,
     StopReplica,
 )
-from burstguard.autoscale.prior import ProfilePrior
-from burstguard.gateway.config import GatewayConfig
+from burstguard.core.scaling.prior import ProfilePrior
 from burstguard.sim.heap import EventHeap
 from burstguard.sim.replicas import ReplicaSet, replica_id
 

@@ -12,20 +12,20 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.options import engine_options
-from burstguard.engine.profile import Profile
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
+from burstguard.engine_options import engine_options
 from burstguard.errors import UserError, check_writable
 from burstguard.sim.defaults import MAX_REPLICAS, fleet_gateway
 from burstguard.workload.options import TraceFileOption, TraceFormatOption, pattern_options
 from burstguard.workload.synth import PatternSpec
 
 if TYPE_CHECKING:
-    from burstguard.autoscale import ScalingPolicy
-    from burstguard.bench.summary import Slo
-    from burstguard.gateway.config import GatewayConfig
+    from burstguard.core.gateway.config import GatewayConfig
+    from burstguard.core.scaling import ScalingPolicy
     from burstguard.sim.faults import Fault
     from burstguard.sim.loop import SimResult
+    from burstguard.wire.summary import Slo
     from burstguard.workload.spec import Workload
 
 
@@ -210,7 +210,7 @@ class _Setup:
 
     def summary(self, result: SimResult, duration: float, extra: dict[str, Any]) -> dict[str, Any]:
         """The run's summary (bench's format, `source: sim`)."""
-        from burstguard.bench.summary import prefix_cache_block, summarize
+        from burstguard.wire.summary import prefix_cache_block, summarize
 
         return summarize(
             result.records, duration_s=duration, slo=self.slo, source="sim",
@@ -222,7 +222,7 @@ class _Setup:
 
 
 def _slo(text: str) -> Slo:
-    from burstguard.bench.summary import Slo
+    from burstguard.wire.summary import Slo
 
     try:
         return Slo.parse(text)
@@ -263,7 +263,7 @@ def _scaling(
         if (min_replicas, max_replicas, cold_start_s) != (None,) * 3:
             raise UserError("--min-replicas, --max-replicas, --cold-start-s need --autoscaler")
         return None, replicas or 1
-    from burstguard.autoscale import load_policy
+    from burstguard.core.scaling import load_policy
 
     if closed:
         raise UserError("--autoscaler runs open-loop loads only (--trace or --pattern)")
@@ -323,7 +323,7 @@ def _gateway_config(gateway: Path | None, scaling: ScalingPolicy | None) -> Gate
     """The gateway in front of the replicas: --gateway's, the default one in front of an
     autoscaled fleet, or none (one engine, straight)."""
     if gateway is not None:
-        from burstguard.gateway.config import GatewayConfig
+        from burstguard.core.gateway.config import GatewayConfig
 
         return GatewayConfig.load(gateway)
     return None if scaling is None else fleet_gateway(scaling.max_replicas)
@@ -366,8 +366,8 @@ def _fleet(
 
 def _report(setup: _Setup, result: SimResult, duration: float, extra: dict[str, Any]) -> None:
     """Writes the summary and records where asked and prints the run's figures."""
-    from burstguard.bench.records import write_records
-    from burstguard.bench.summary import write_summary
+    from burstguard.wire.records import write_records
+    from burstguard.wire.summary import write_summary
 
     summary = setup.summary(result, duration, extra)
     if setup.json_out:
@@ -420,12 +420,12 @@ def _scenario(
     virtual time, written as bench writes them, and compare's verdict."""
     import json
 
-    from burstguard.bench.compare import compare
-    from burstguard.bench.records import write_records
-    from burstguard.bench.summary import write_summary
     from burstguard.report.cli import exit_on
+    from burstguard.report.compare import compare
     from burstguard.report.table import print_verdict
     from burstguard.sim.loop import simulate
+    from burstguard.wire.records import write_records
+    from burstguard.wire.summary import write_summary
     from burstguard.workload.scenario import burst_leg, matched_rate, steady_leg
 
     leg = steady_leg(shape_spec, rate, users)

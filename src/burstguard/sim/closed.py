@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
 from burstguard.sim.loop import DirectSim, SimResult
 from burstguard.workload.cycle import Burst, BurstCycle
 from burstguard.workload.spec import RequestSpec, Workload

@@ -15,12 +15,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from burstguard.bench.records import RequestRecord
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.profile import Profile
-from burstguard.gateway.config import GatewayConfig
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
+from burstguard.core.gateway.config import GatewayConfig
 from burstguard.sim.gateway_loop import simulate_gateway
 from burstguard.sim.loop import simulate
+from burstguard.wire.records import RequestRecord
 from burstguard.workload.spec import Workload
 from burstguard.workload.synth import PatternSpec, synthesize
 

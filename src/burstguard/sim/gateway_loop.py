@@ -2,7 +2,7 @@
 
 The same GatewayCore the live server runs (one core, two clocks) sits in front of the same
 EngineCore the emulator runs. Entities on an event heap (`sim.heap`) play the server's
-part with a virtual clock, through the core's driver protocol (`gateway.events`), so a
+part with a virtual clock, through the core's driver protocol (`core.gateway.events`), so a
 policy compared here is the policy deployed:
 
 - clients: each arrival is an `Arrive` event at its arrival time; a `Reject` effect is
@@ -24,7 +24,7 @@ policy compared here is the policy deployed:
   connection does live (`BackendFailed(reset)`), what is released to it while it is down
   is refused (`connect`); a stalled one holds its requests silent until its backend
   settings' `read_timeout_s` (`timeout`) or its restart (`reset`). Each failure is one of
-  `gateway.failure.Failure`, the kinds the live server classifies into, and the core's
+  `core.gateway.failure.Failure`, the kinds the live server classifies into, and the core's
   failure rules decide what follows (failover, the retry budget, the circuit breaker,
   `Abandon`, answered with the failure's status as live). With a fault schedule the
   gateway also probes each replica's /health on every tick, as its prober does: a dead
@@ -44,11 +44,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from burstguard.autoscale import ScalingPolicy
-from burstguard.autoscale.signals import WorkCounts, gateway_signals
-from burstguard.bench.records import RequestRecord
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.core import (
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.core import (
     DecodeRun,
     EngineCore,
     EngineRequest,
@@ -56,12 +53,14 @@ from burstguard.engine.core import (
     StepResult,
     check_priority,
 )
-from burstguard.engine.profile import Profile
-from burstguard.gateway.api import BadRequest
-from burstguard.gateway.classify import Classifier
-from burstguard.gateway.config import GatewayConfig
-from burstguard.gateway.core import TICK_S, GatewayCore, GatewayStats
-from burstguard.gateway.events import (
+from burstguard.core.engine.profile import Profile
+from burstguard.core.fleet.config import RouterConfig
+from burstguard.core.fleet.fleet import Fleet
+from burstguard.core.gateway.api import BadRequest
+from burstguard.core.gateway.classify import Classifier
+from burstguard.core.gateway.config import GatewayConfig
+from burstguard.core.gateway.core import TICK_S, GatewayCore, GatewayStats
+from burstguard.core.gateway.events import (
     Abandon,
     Arrive,
     BackendFailed,
@@ -78,10 +77,10 @@ from burstguard.gateway.events import (
     Settle,
     Tick,
 )
-from burstguard.gateway.failure import Failure
-from burstguard.gateway.fleet.config import RouterConfig
-from burstguard.gateway.fleet.fleet import Fleet
-from burstguard.gateway.request import GatewayRequest
+from burstguard.core.gateway.failure import Failure
+from burstguard.core.gateway.request import GatewayRequest
+from burstguard.core.scaling import ScalingPolicy
+from burstguard.core.scaling.signals import WorkCounts, gateway_signals
 from burstguard.sim.autoscaling import ScalingDriver, discovery_lag_s
 from burstguard.sim.faults import Fault, FaultKind, check_replicas
 from burstguard.sim.heap import EventHeap
@@ -90,6 +89,7 @@ from burstguard.sim.replicas import Health, ReplicaSet, replica_id
 from burstguard.sim.series import SeriesRecorder
 from burstguard.wire.outcomes import Outcome, Reason
 from burstguard.wire.prefix import block_hashes, chat_text
+from burstguard.wire.records import RequestRecord
 from burstguard.wire.tokens import CHARS_PER_TOKEN
 from burstguard.workload.prompts import PromptRenderer, chat_content_tokens
 from burstguard.workload.spec import RequestSpec, Workload
@@ -545,7 +545,7 @@ QUOTA_TENANTS_SHOWN = 20
 
 
 def quota_summary(result: GatewaySimResult, default_tenant: str) -> dict[str, Any]:
-    """The summary's `gateway.quota` block: per tenant, the requests and tokens (prompt +
+    """The summary's `core.gateway.quota` block: per tenant, the requests and tokens (prompt +
     output) admitted and those its quota refused (prompt + max_tokens), the
     `QUOTA_TENANTS_SHOWN` most refused first; the other tenants summed as `~other`."""
     rows: dict[str, dict[str, int]] = {}

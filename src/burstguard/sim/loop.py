@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from burstguard.bench.records import RequestRecord
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.core import DecodeRun, EngineRequest, RequestRejected, StepResult
-from burstguard.engine.kv_cache import expand_block_hashes
-from burstguard.engine.profile import Profile
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.core import DecodeRun, EngineRequest, RequestRejected, StepResult
+from burstguard.core.engine.kv_cache import expand_block_hashes
+from burstguard.core.engine.profile import Profile
 from burstguard.sim.heap import EventHeap
 from burstguard.sim.replicas import CLOSED, DIRECT, ReplicaSet
 from burstguard.sim.series import SeriesRecorder
+from burstguard.wire.records import RequestRecord
 from burstguard.workload.spec import RequestSpec, Workload, priority_of
 
 

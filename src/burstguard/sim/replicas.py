@@ -47,11 +47,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.core import DecodeRun, EngineCore, EngineRequest, StepResult
-from burstguard.engine.profile import Profile
-from burstguard.gateway.fleet.fleet import Fleet
-from burstguard.gateway.request import BackendState
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.core import DecodeRun, EngineCore, EngineRequest, StepResult
+from burstguard.core.engine.profile import Profile
+from burstguard.core.fleet.fleet import Fleet
+from burstguard.core.fleet.state import BackendState
 from burstguard.sim.heap import EventHeap
 
 STEP = 0  # the heap's tie rank of a step's end (first at one instant)

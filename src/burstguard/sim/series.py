@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from burstguard.engine.core import EngineCore
+from burstguard.core.engine.core import EngineCore
 
 SAMPLE_INTERVAL_S = 0.5
 """Grid of the samples, engine seconds (bench scrapes every second of target time)."""

@@ -14,9 +14,9 @@ from typing import Annotated, Any
 
 import typer
 
-from burstguard.engine.config import EngineConfig
-from burstguard.engine.options import engine_options
-from burstguard.engine.profile import Profile
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.profile import Profile
+from burstguard.engine_options import engine_options
 from burstguard.errors import UserError, check_writable
 from burstguard.tune.objective import (
     ClassSlos,
@@ -141,7 +141,7 @@ def tune(
     workload, second = _workloads(trace, trace_format, pattern_spec)
     objective: EngineObjective | ScalingObjective
     if autoscaler is not None:
-        from burstguard.autoscale import load_policy
+        from burstguard.core.scaling import load_policy
 
         base = load_policy(autoscaler).with_overrides(
             max_replicas=max_replicas, cold_start_s=cold_start_s

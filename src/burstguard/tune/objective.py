@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from burstguard.bench.records import RequestRecord
-from burstguard.bench.summary import Slo
-from burstguard.engine.config import EngineConfig, EngineConfigError
-from burstguard.engine.profile import Profile
+from burstguard.core.engine.config import EngineConfig, EngineConfigError
+from burstguard.core.engine.profile import Profile
 from burstguard.errors import BurstguardError, ConfigError
 from burstguard.sim.defaults import MAX_REPLICAS
 from burstguard.tune.space import ENGINE_KNOBS, SCALING_PATHS, Candidate, split
+from burstguard.wire.records import RequestRecord
+from burstguard.wire.summary import Slo
 from burstguard.workload.spec import Workload
 from burstguard.workload.transform import take
 
 if TYPE_CHECKING:
-    from burstguard.autoscale import ScalingPolicy
+    from burstguard.core.scaling import ScalingPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +176,7 @@ class ScalingObjective:
 
     def scaling(self, candidate: Candidate) -> ScalingPolicy:
         """The policy a candidate means (ConfigError naming the field if it is invalid)."""
-        from burstguard.autoscale import ScalingPolicy, load_policy
+        from burstguard.core.scaling import ScalingPolicy, load_policy
 
         values = dict(split(candidate)[1])
         name = str(values.pop("policy", self.policy))

@@ -1,0 +1,1 @@
+"""burstguard.core"""

@@ -1,0 +1,200 @@
+"""The continuous-batching scheduler, with vLLM V1's semantics.
+
+Each step has a token budget (`max_num_batched_tokens`). Running requests are served
+first, in admission order: a decode takes one token, an unfinished (chunked) prefill takes
+what is left of the budget. When a running request needs a KV block and the pool is
+empty, the scheduler preempts by recompute — FCFS: the most recently admitted running
+request; priority: the lowest priority (highest value), latest arrival — frees its blocks
+and puts it back in the waiting queue. Only when nothing was preempted does it admit
+waiting requests, in queue order, while `max_num_seqs`, the budget and the pool allow.
+Without chunked prefill a prompt must fit the remaining budget whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from burstguard.core.engine.config import EngineConfig
+from burstguard.core.engine.kv_cache import BlockPool
+from burstguard.core.engine.perf_model import BatchShape
+from burstguard.core.engine.queue import create_queue
+from burstguard.core.engine.request import EngineRequest, RequestStatus
+
+
+@dataclass(slots=True)
+class ScheduledBatch:
+    """One step's decisions: (request, tokens to compute) pairs and who was preempted."""
+
+    entries: list[tuple[EngineRequest, int]] = field(default_factory=list)
+    started: list[EngineRequest] = field(default_factory=list)
+    preempted: list[EngineRequest] = field(default_factory=list)
+    shape: BatchShape = field(default_factory=lambda: BatchShape(0, 0, 0, 0))
+
+    @property
+    def num_scheduled_tokens(self) -> int:
+        return sum(n for _, n in self.entries)
+
+
+class Scheduler:
+    """Waiting queue + running list + block pool -> a batch per step."""
+
+    def __init__(self, config: EngineConfig, pool: BlockPool) -> None:
+        self.config = config
+        self.pool = pool
+        self.waiting = create_queue(config.scheduling_policy)
+        self.running: list[EngineRequest] = []
+        self._priority = config.scheduling_policy == "priority"
+        self.prompt_tokens_total = 0  # prompts of requests that produced their first token
+
+    def add(self, req: EngineRequest) -> None:
+        self.waiting.add(req)
+
+    def remove(self, req: EngineRequest) -> None:
+        """Takes a request out of whichever queue holds it and frees its blocks."""
+        if req.status is RequestStatus.RUNNING:
+            self.running.remove(req)
+        else:
+            self.waiting.remove(req)
+        self.pool.free(req)
+
+    def _victim(self) -> EngineRequest:
+        if self._priority:
+            return max(self.running, key=lambda r: (r.priority, r.arrival_s, r.seq))
+        return self.running[-1]
+
+    def _preempt(self, victim: EngineRequest) -> None:
+        self.running.remove(victim)
+        self.pool.free(victim)
+        victim.status = RequestStatus.WAITING
+        victim.num_computed_tokens = 0
+        victim.num_preemptions += 1
+        self.waiting.prepend(victim)
+
+    def schedule(self, now: float) -> ScheduledBatch:
+        budget = self.config.max_num_batched_tokens
+        pool = self.pool
+        bs = pool.block_size
+        scheduled: dict[EngineRequest, int] = {}
+        preempted: list[EngineRequest] = []
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+            if num_new <= 0:
+                i += 1
+                continue
+            fits = req.num_computed_tokens + num_new <= req.num_blocks * bs
+            while not fits and not pool.allocate(req, num_new):
+                victim = self._victim()
+                victim_index = self.running.index(victim)
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim in scheduled:
+                    budget += scheduled.pop(victim)
+                if victim is req:
+                    break
+                if victim_index < i:
+                    i -= 1
+            else:
+                scheduled[req] = num_new
+                budget -= num_new
+                i += 1
+        started: list[EngineRequest] = []
+        if not preempted:
+            self._admit(scheduled, started, budget, now)
+        return ScheduledBatch(
+            entries=list(scheduled.items()),
+            started=started,
+            preempted=preempted,
+            shape=_shape(scheduled),
+        )
+
+    def _admit(
+        self,
+        scheduled: dict[EngineRequest, int],
+        started: list[EngineRequest],
+        budget: int,
+        now: float,
+    ) -> None:
+        chunked = self.config.enable_chunked_prefill
+        max_seqs = self.config.max_num_seqs
+        waiting, pool = self.waiting, self.pool
+        while waiting and budget > 0 and len(self.running) < max_seqs:
+            req = waiting.peek()
+            hits = pool.cached_prefix(req)
+            num_new = req.num_tokens - req.num_computed_tokens - len(hits) * pool.block_size
+            if not chunked and num_new > budget:
+                break
+            num_new = min(num_new, budget)
+            if not pool.allocate(req, num_new, hits):
+                break
+            if pool.enable_prefix_caching:
+                pool.count_prefix_query(req, len(hits))
+            waiting.pop()
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            if req.first_scheduled_s is None:
+                req.first_scheduled_s = now
+                started.append(req)
+            scheduled[req] = num_new
+            budget -= num_new
+
+    def steady_decodes(self) -> bool:
+        """True when the next steps are certain to be pure decode steps over exactly the
+        running requests, until one of them finishes: every running request decodes,
+        nothing can be admitted (the queue is empty, or max_num_seqs is reached) and no
+        prefix cache needs per-step block registration. The simulator fast-forwards such
+        steps (`EngineCore.run_decodes`)."""
+        running = self.running
+        if not running or self.pool.enable_prefix_caching:
+            return False
+        if len(running) > self.config.max_num_batched_tokens:
+            return False
+        if self.waiting and len(running) < self.config.max_num_seqs:
+            return False
+        return all(
+            r.num_output_tokens
+            and r.num_computed_tokens == r.prompt_tokens + r.num_output_tokens - 1
+            for r in running
+        )
+
+    def apply(self, batch: ScheduledBatch) -> tuple[list[tuple[str, int]], list[EngineRequest]]:
+        """Advances the scheduled requests by one step: returns the (id, tokens so far)
+        of each request that produced a token, and the requests that finished."""
+        tokens: list[tuple[str, int]] = []
+        finished: list[EngineRequest] = []
+        pool = self.pool
+        caching = pool.enable_prefix_caching
+        for req, num_new in batch.entries:
+            if req.status is not RequestStatus.RUNNING:
+                continue  # aborted while the step ran
+            req.num_computed_tokens += num_new
+            if caching:
+                pool.register_full_blocks(req)
+            if req.num_computed_tokens >= req.num_tokens:
+                req.num_output_tokens += 1
+                if req.num_output_tokens == 1:
+                    self.prompt_tokens_total += req.prompt_tokens
+                tokens.append((req.id, req.num_output_tokens))
+                if req.num_output_tokens >= req.max_tokens:
+                    req.status = RequestStatus.FINISHED
+                    pool.free(req)
+                    finished.append(req)
+        if finished:
+            self.running = [r for r in self.running if r.status is RequestStatus.RUNNING]
+        return tokens, finished
+
+
+def _shape(scheduled: dict[EngineRequest, int]) -> BatchShape:
+    prefill = decode = context = pairs = prefill_seqs = 0
+    for req, n in scheduled.items():
+        done = req.num_computed_tokens
+        context += done
+        if n == 1 and req.num_output_tokens and done == req.num_tokens - 1:
+            decode += 1
+            pairs += done + 1
+        else:
+            prefill += n
+            prefill_seqs += done == 0  # its first chunk (a recompute starts over)
+            pairs += n * done + n * (n + 1) // 2
+    return BatchShape(prefill, decode, context, pairs, prefill_seqs)

@@ -1,0 +1,183 @@
+"""The GatewayCore's driver protocol: the events a shell feeds it and the effects it returns.
+
+A shell (the live server, the simulator) owns no scheduling decision: it turns what
+happens (a request read, a tick, a scrape, a first token, an upstream's end) into one of
+these events, hands it to `GatewayCore.handle`, and carries out the effects in order.
+Each effect names the request it concerns; a shell that does not know the id (a client
+already gone) ignores it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from burstguard.core.fleet.state import BackendState
+from burstguard.core.gateway.quota import BucketCharge, Verdict
+from burstguard.core.gateway.request import GatewayRequest
+from burstguard.wire.outcomes import Reason
+
+# -- events: what happened ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Arrive:
+    """A request was read whole and validated. `quota`: its quota already charged by the
+    shell in the shared store (`GatewayCore.quota_plan`'s plan, through Redis); None: the
+    core charges its own buckets, each at 1/`quota_share` of its rate and burst (a gateway
+    replica's share while the shared store is unreachable)."""
+
+    req: GatewayRequest
+    quota: Verdict | None = None
+    quota_share: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """The periodic tick (`TICK_S`): expire queue deadlines, release what fits."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scrape:
+    """`backend`'s metrics were read (`backend`: its URL, the fleet's name for it)."""
+
+    state: BackendState
+    backend: str
+
+
+@dataclass(frozen=True, slots=True)
+class FirstToken:
+    """The client received the request's first output token."""
+
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The request completed; `output_tokens`: what the client received in all."""
+
+    request_id: str
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """The client went away; `output_tokens`: what it had received (None: unknown), which
+    its quota is charged."""
+
+    request_id: str
+    output_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """The backend failed the request (an error went to the client); `output_tokens`: what
+    its client had received (None: unknown), which its quota is charged."""
+
+    request_id: str
+    output_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BackendFailed:
+    """The request's backend failed it: `reason` is one of `fleet.FAILURE_REASONS`
+    (connect, reset, status_5xx, timeout, bad_answer: a 200 that is not JSON). `started`:
+    its client already holds part of the answer (then only a resumable request may go on
+    elsewhere). The core answers with a `Release` to another backend (failover), by
+    queueing it again, or with `Abandon`."""
+
+    request_id: str
+    reason: str
+    started: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRefused:
+    """The shared in-flight lease on the request's backend was refused (other gateway
+    replicas hold its cap): the request was not sent; the core queues it again."""
+
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class FleetService:
+    """What the other gateway replicas served since the last sync (through Redis): tokens
+    per class and tenant, for the tenants `GatewayCore.fairness_tenants` named. VTC counts
+    them, so a tenant's counter is its service over the whole fleet."""
+
+    served: Mapping[str, Mapping[str, float]]
+
+
+Event = (
+    Arrive | Tick | Scrape | FirstToken | Finish | Cancel | Fail | BackendFailed | LeaseRefused
+    | FleetService
+)  # fmt: skip
+
+
+# -- effects: what to do ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Send the request to `backend` now (the router's pick). `priority`: vLLM's `priority`
+    field to set (None: leave it out; set only for a backend that forwards it).
+    `resumed`: it was preempted (or its backend failed after its first token) before;
+    continue it where the client is. `failover`: a resend after its backend failed."""
+
+    req: GatewayRequest
+    backend: str
+    priority: int | None = None
+    resumed: bool = False
+    failover: bool = False
+    quota: Verdict | None = None  # its quota's buckets after its admission (headers)
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """Answer 429 with this Retry-After (seconds of the core's clock). `reason`: queue_full,
+    deadline (at admission or expired in the queue), evicted, no_backend (every backend
+    down longer than `fleet.health.max_outage_wait_s`), or quota_exceeded (its tenant's
+    bucket: the Retry-After is exact, infinite when its cost exceeds the burst)."""
+
+    req: GatewayRequest
+    reason: Reason
+    retry_after_s: float
+    quota: Verdict | None = None  # reason quota: the refusal; else the buckets (headers)
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Close the request's upstream connection (the engine aborts it and frees its KV) and
+    keep its client: the core requeued it and will `Release` it again (`resumed`)."""
+
+    req: GatewayRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Abandon:
+    """Its backend failed it and it cannot go on (`outcome`: not_retryable, budget,
+    no_backend): answer the client with an error (in-band if its answer has started)."""
+
+    req: GatewayRequest
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class Forget:
+    """`backend` drained and left the fleet: stop its scraper. (No request: `req` None.)"""
+
+    backend: str
+    req: None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """Settle the request's quota in the shared store (it was charged there): give each
+    bucket its amount back (negative: charge it). The core settles its own buckets
+    itself."""
+
+    req: GatewayRequest
+    amounts: tuple[tuple[BucketCharge, float], ...]
+
+
+Effect = Release | Reject | Preempt | Abandon | Forget | Settle

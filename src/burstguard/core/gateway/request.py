@@ -1,0 +1,55 @@
+"""The values that cross the GatewayCore boundary: a request and its entry (a backend's
+observation, `BackendState`, lives with the fleet: `core.fleet.state`).
+
+Kept apart from the core so the queue and the policies can share them without a cycle;
+`burstguard.core.gateway.core` re-exports `GatewayRequest` and `BackendState` (the contract).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from burstguard.core.gateway.config import ClassConfig
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayRequest:
+    """What the gateway knows about a request when it arrives (times in seconds)."""
+
+    id: str
+    arrival_s: float
+    prompt_tokens: int
+    max_tokens: int | None
+    priority_class: str | None = None
+    tenant: str | None = None
+    route: str | None = None  # e.g. "/v1/chat/completions" or the model name: predictor key
+    resumable: bool = True  # the shell can continue it after a preemption (a token-id
+    # prompt's stream cannot be continued with text: its class's preemptions skip it)
+    prefix_hashes: tuple[int, ...] = ()  # its prompt's leading block hashes (prefix affinity)
+    key_id: str | None = None  # its API key's id (`quota.key_id`), for a key's own quota
+    # the backends it may go to (a Gateway API gateway's subset hint); None: any. While
+    # none of them has room it waits, and so does what is queued behind it in order
+    allowed: frozenset[str] | None = None
+
+
+@dataclass(slots=True, eq=False)
+class Entry:
+    """A request inside the gateway with what the gateway decided about it."""
+
+    req: GatewayRequest
+    cls: ClassConfig
+    tenant: str
+    predicted_output: int
+    seq: int
+    key: float = 0.0  # ordering key within its class (lower first)
+    alive: bool = True  # False once it left the queue (lazy deletion from heaps/deques)
+    released_at: float | None = None  # last release to the backend
+    first_token_at: float | None = None  # the client's first token (once, across resumes)
+    preemptions: int = 0  # > 0: its client holds a started answer; never shed from the queue
+    charged: int = 0  # predicted tokens charged to its tenant's fairness (once, at a release)
+    cost: int = field(init=False)
+    """Tokens it holds in the budget: prompt + predicted output (read a dozen times per
+    request, so stored: neither part changes)."""
+
+    def __post_init__(self) -> None:
+        self.cost = self.req.prompt_tokens + self.predicted_output

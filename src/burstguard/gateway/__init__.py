@@ -1,1 +1,0 @@
-"""burstguard.gateway"""

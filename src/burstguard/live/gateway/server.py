@@ -1,0 +1,853 @@
+"""The gateway's live shell: a reverse proxy that drives GatewayCore with the real clock.
+
+Per generation request: authenticate (401), take the body the server read under the size
+limit (413), validate the fields admission needs (400), pick class and tenant, hand the
+core an `Arrive` event and wait for its answer: a `Reject` is a 429 with Retry-After, a
+`Release` sends the body upstream on a pooled keep-alive connection and passes the answer
+back: a stream chunk by chunk as the backend writes it (each backend read becomes one
+client write, in the same callback; `live.gateway.relay` counts its tokens from usage and keeps
+the text of a preemptible stream), a JSON answer whole. The HTTP layers are the gateway's
+own (`gateway.http`, `gateway.upstream`): a proxied token is the hot path, and ASGI
+layers cost more than the relay itself.
+
+This shell decides nothing (`core.gateway.events` is the whole protocol, the simulator speaks it
+too): every event that can free or need room (an arrival, a first token, a finish, a
+cancel, a failure, a scrape, the 50 ms tick) goes to `core.handle` synchronously, and its
+effects are carried out at once — a released or shed request's waiting handler is woken
+through its future, a preempted one has its upstream connection closed and waits for the
+core to release it again, then continues its client's stream (`relay.resume_body`). No
+task hop sits between an arrival and its release, so an idle gateway adds no queueing
+delay. The core's clock is engine seconds: wall time x `engine_speedup`.
+
+Fleet: every `Release` names the backend the core's router picked; each backend has its
+own upstream pool, its /metrics scraper and /health prober (`FleetMonitor`, fed by
+discovery: the static list, a DNS name, a watched file). A backend that fails a request
+(connection refused or reset, 5xx, timeout) is reported to the core (`BackendFailed`,
+with whether the client already holds tokens): it answers with a `Release` to another
+backend — the client sees nothing, or, after its first token, the stream continues with
+the preemption's resume (`relay.resume_body`) —, or with `Abandon` (the error goes to
+the client: a status before the answer started, one in-band error event after). With
+`fleet.redis`, each send first takes a shared lease on its backend (`SharedState`), so
+N gateway replicas together respect the backend's cap; a refused lease is a
+`LeaseRefused` (queued again). `/ready` is 200 while >= 1 backend is healthy; the log
+line names the backends a request went to; per-backend metrics come from
+`FleetCollector`.
+
+A client that hangs up cancels its handler (the server sees the connection close): a
+queued request leaves the queue (`Cancel`), an in-flight one has its upstream connection
+closed, which makes vLLM (and the emulator) abort it and free its KV. Every admitted
+request ends in exactly one outcome (completed, rejected, cancelled, failed), counted once
+in `llm_request_total` and written as one JSON log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import math
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+from burstguard.core.fleet.fleet import Fleet
+from burstguard.core.fleet.state import BackendState
+from burstguard.core.gateway.api import (
+    BadRequest,
+    ChatCompletionRequest,
+    CompletionRequest,
+    GenerationRequest,
+    openapi_schema,
+    parse_request,
+)
+from burstguard.core.gateway.auth import AuthError, Identity, KeyAuthenticator
+from burstguard.core.gateway.classify import Classifier
+from burstguard.core.gateway.config import AutoscalerConfig, GatewayConfig
+from burstguard.core.gateway.core import TICK_S, GatewayCore
+from burstguard.core.gateway.events import (
+    Abandon,
+    Arrive,
+    BackendFailed,
+    Cancel,
+    Effect,
+    Event,
+    Fail,
+    Finish,
+    FirstToken,
+    FleetService,
+    Forget,
+    LeaseRefused,
+    Preempt,
+    Reject,
+    Release,
+    Scrape,
+    Settle,
+    Tick,
+)
+from burstguard.core.gateway.failure import Failure
+from burstguard.core.gateway.quota import Verdict
+from burstguard.core.gateway.request import GatewayRequest
+from burstguard.core.scaling.signals import gateway_signals
+from burstguard.errors import ConfigError
+from burstguard.http.client import UPSTREAM_IDLE_S, Call, UpstreamError, UpstreamPool
+from burstguard.http.server import HttpRequest, HttpServer, Responder
+from burstguard.live.gateway.errors import (
+    JSON_HEADER,
+    failure_of,
+    json_bytes,
+    ratelimit_headers,
+    send_error,
+    send_json,
+    send_quota,
+    send_shed,
+    upstream_error,
+)
+from burstguard.live.gateway.fleet_metrics import FleetCollector
+from burstguard.live.gateway.metrics import (
+    CONTENT_TYPE,
+    GatewayMetrics,
+    GaugeSnapshot,
+    core_snapshot,
+    is_retry,
+)
+from burstguard.live.gateway.monitor import FleetMonitor
+from burstguard.live.gateway.relay import SseRelay, json_tokens, resume_body, upstream_body
+from burstguard.live.gateway.shared_state import SharedState
+from burstguard.live.scaling.scaler import LiveScaler, ScalingCollector
+from burstguard.tokenizer import ModelCounters
+from burstguard.wire.outcomes import Outcome, Reason
+from burstguard.wire.prefix import block_hashes
+
+access_log = logging.getLogger("burstguard.core.gateway.access")
+log = logging.getLogger("burstguard.core.gateway")
+
+_KEYED_ROUTES = frozenset(("/v1/chat/completions", "/v1/completions", "/v1/models"))
+
+
+@dataclass(slots=True)
+class _Exchange:
+    """One request's story, for the outcome, the metrics and the log line."""
+
+    rid: str
+    cls: str
+    tenant: str
+    route: str
+    stream: bool
+    arrival: float  # the request read whole (HttpRequest.received)
+    prompt_tokens: int
+    own_s: float = 0.0  # the gateway's own time before the upstream write, queue wait excluded
+    outcome: Outcome | None = None
+    reason: str | None = None  # a Reason, or the backend's error code
+    status: int = 0
+    queue_wait_s: float | None = None
+    ttft_s: float | None = None
+    output_tokens: int = 0
+    call: Call | None = None  # the upstream request under way
+    preempted: bool = False  # the core preempted it: its call is closed, it waits again
+    preemptions: int = 0
+    backends: list[str] = field(default_factory=list)  # where it was sent, in order
+    lease: str | None = None  # the backend whose shared (Redis) slot it holds
+    resumed_on_failover: int = 0  # its stream went on elsewhere after its backend failed
+    failure: tuple[int, dict[str, Any]] | None = None  # the last backend failure's answer
+    quota: Verdict | None = None  # its quota's buckets after admission (x-ratelimit-*)
+    relay: SseRelay | None = None  # a stream's relay (what its client received so far)
+
+
+class Gateway:
+    """The gateway process: core, backend pool and monitor, metrics and routes."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        discovery = config.fleet.discovery
+        if not config.backends and discovery.dns is None and discovery.file is None:
+            raise ConfigError("backends: at least one backend is required (or pass --backend URL)")
+        self.config = config
+        self._clock = time.monotonic  # the HTTP server stamps requests on it too
+        self.fleet = Fleet(config.fleet, (), self._clock())  # its clock: wall seconds
+        self.core = GatewayCore(config, self.fleet)
+        self.auth = KeyAuthenticator(config.api_keys)
+        self._speedup = config.engine_speedup  # the core's clock: engine seconds
+        self.prompt_counters = ModelCounters(config.prompt_tokenizer)
+        self.metrics = GatewayMetrics(self._snapshot, self._clock)
+        self.shared = SharedState(config.fleet.redis) if config.fleet.redis.url else None
+        self.metrics.registry.register(FleetCollector(self.fleet, self._clock, self.shared))
+        self.scaler = self._scaler(config.autoscaler)
+        self._waiting: dict[str, asyncio.Future[Effect]] = {}
+        self._running: dict[str, _Exchange] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._pools: dict[str, UpstreamPool] = {}
+        self.monitor: FleetMonitor | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._syncer: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self._arrivals = 0
+        self.classifier = Classifier(config)
+        self._tenant_header = config.tenant_header.lower()
+        self._class_header = config.class_header.lower()
+        self._openapi = json_bytes(openapi_schema())
+        self._routes: dict[str, tuple[str, Route]] = {
+            "/v1/chat/completions": ("POST", self._generation(ChatCompletionRequest)),
+            "/v1/completions": ("POST", self._generation(CompletionRequest)),
+            "/v1/models": ("GET", self.models),
+            "/health": ("GET", self.health),
+            "/ready": ("GET", self.ready),
+            "/metrics": ("GET", self.metrics_endpoint),
+            "/openapi.json": ("GET", self.openapi),
+        }
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def run(self, on_ready: Callable[[], None] = lambda: None) -> None:
+        """Serves until SIGINT/SIGTERM (the CLI's event loop runs this)."""
+        server = HttpServer(self.handle, self._refuse,
+                            max_body_bytes=self.config.max_body_bytes,
+                            limits=self.config.limits, check_head=self._check_head,
+                            on_limit=self.metrics.limit_tripped,
+                            flush_interval_s=self.config.stream_flush_ms / 1e3)  # fmt: skip
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        # Long-lived objects (config, schemas, metric families) leave the collector's view,
+        # and young collections run less often: the relay allocates per chunk (gc was ~8%
+        # of the gateway's CPU at 256 streams).
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(20_000, 20, 20)
+        try:
+            await server.serve(self.config.listen.host, self.config.listen.port, on_ready)
+        finally:
+            await self.stop()
+
+    async def start(self) -> None:
+        """Discovery, scrapers and probes, Redis; a source that fails at start (an
+        unresolvable name, an unreadable file, a required Redis) is a ConfigError naming
+        its field."""
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=UPSTREAM_IDLE_S)
+        self._session = aiohttp.ClientSession(
+            connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",)
+        )
+        cfg = self.config
+        metrics_urls = {u: b.metrics_url for b, u in zip(cfg.backends, cfg.backend_urls(),
+                                                         strict=True) if b.metrics_url}  # fmt: skip
+        self.monitor = FleetMonitor(
+            self.fleet, self._session, static=cfg.backend_urls(), discovery=cfg.fleet.discovery,
+            scrape_interval_s=cfg.scrape_interval_s, on_change=lambda _: self.event(Tick()),
+            on_metrics=self._scraped, metrics_urls=metrics_urls, clock=self._clock,
+        )  # fmt: skip
+        await self.monitor.start()
+        loop = asyncio.get_running_loop()
+        if self.shared is not None:
+            await self.shared.connect()  # unreachable: degraded (a warning), or required
+            self._syncer = loop.create_task(self._sync())
+        self._ticker = loop.create_task(self._tick())
+        if self.scaler is not None:
+            self._spawn(self.scaler.run())
+
+    def _scaler(self, cfg: AutoscalerConfig | None) -> LiveScaler | None:
+        """The autoscaler policy on the core's clock and its signals; its decision and
+        figures on /metrics."""
+        if cfg is None:
+            return None
+        ctl = cfg.scaling_policy().build_controller(
+            initial_replicas=cfg.initial_replicas, start=self._now()
+        )
+        self.metrics.registry.register(ScalingCollector(ctl))
+
+        def signals() -> dict[str, float]:
+            return gateway_signals(self.core.stats, self._arrivals, self.metrics.work,
+                                   self.core.backend_states.values())  # fmt: skip
+
+        return LiveScaler(ctl, self._now, signals, speedup=self._speedup)
+
+    async def stop(self) -> None:
+        for task in (self._ticker, self._syncer, *self._background):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self.monitor is not None:
+            await self.monitor.stop()
+        if self.shared is not None:
+            await self.shared.close()
+        if self._session is not None:
+            await self._session.close()
+        for pool in self._pools.values():
+            pool.close()
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("the gateway is not started")
+        return self._session
+
+    def pool(self, backend: str) -> UpstreamPool:
+        """`backend`'s keep-alive pool (made on first use, with its config's timeouts)."""
+        pool = self._pools.get(backend)
+        if pool is None:
+            b = self.core.backend_options(backend)
+            pool = self._pools[backend] = UpstreamPool(
+                backend, b.connect_timeout_s, b.read_timeout_s
+            )
+        return pool
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- the driver: events to the core, its effects carried out -------------------
+
+    def _now(self) -> float:
+        """The core's clock: engine seconds (wall seconds x engine_speedup)."""
+        return self._clock() * self._speedup
+
+    def event(self, event: Event) -> None:
+        """Hands `event` to the core and carries out every effect it returns. A request
+        leaving its backend gives its shared slot back first, so a request the core
+        releases into that slot in the same answer finds it free."""
+        if self.shared is not None and isinstance(event, (Finish, Fail, Cancel, BackendFailed)):
+            self._drop_lease(self._running.get(event.request_id))
+        for effect in self.core.handle(event, self._now()):
+            self._carry_out(effect)
+
+    def _drop_lease(self, ex: _Exchange | None) -> None:
+        if ex is not None and ex.lease is not None and self.shared is not None:
+            self.shared.release_soon(ex.lease, ex.rid)
+            ex.lease = None
+
+    def _carry_out(self, effect: Effect) -> None:
+        if isinstance(effect, Settle):  # the request's quota, charged in Redis, settled
+            if self.shared is not None:
+                self.shared.settle_quota_soon(effect.amounts, self._speedup)
+            return
+        if isinstance(effect, Forget):  # a drained backend left the fleet
+            if self.monitor is not None:
+                self.monitor.forget(effect.backend)
+            pool = self._pools.pop(effect.backend, None)
+            if pool is not None:
+                pool.close()
+            return
+        rid = effect.req.id
+        if isinstance(effect, Preempt):
+            ex = self._running.get(rid)
+            if ex is not None:
+                self._drop_lease(ex)
+                ex.preempted = True
+                ex.preemptions += 1
+                self.metrics.preemptions_of(ex.cls).inc()
+                if ex.call is not None:
+                    ex.call.abort()  # the engine aborts it and frees its KV
+            return
+        fut = self._waiting.pop(rid, None)
+        if fut is not None and not fut.done():
+            fut.set_result(effect)
+
+    def _scraped(self, backend: str, state: BackendState, scraped_at: float) -> None:
+        self.event(Scrape(state, backend))
+
+    async def _sync(self) -> None:
+        """Every `sync_interval_s`: renew this gateway's leases, publish its queue depth and
+        arrival rate (what an autoscaler reads), flush tenant usage and hand the core what
+        the other replicas served the tenants its fairness tracks."""
+        assert self.shared is not None
+        interval = self.config.fleet.redis.sync_interval_s
+        seen = self._arrivals
+        while True:
+            await asyncio.sleep(interval)
+            rate = (self._arrivals - seen) / interval
+            seen = self._arrivals
+            depth = sum(self.core.stats.queue_depth.values())
+            try:
+                tenants = self.core.fairness_tenants()
+                result = await self.shared.sync(depth, rate, self.fleet.backends, tenants)
+                if result.fleet_service:
+                    self.event(FleetService(result.fleet_service))
+            except Exception:  # the syncer must never die
+                log.exception("shared state sync failed")
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + TICK_S
+            await asyncio.sleep(TICK_S)
+            self.metrics.loop_lag.observe(max(0.0, loop.time() - due))
+            try:
+                self.event(Tick())
+            except Exception:  # the dispatcher must never die
+                log.exception("gateway tick failed")
+
+    # -- routing --------------------------------------------------------------------
+
+    async def handle(self, req: HttpRequest, resp: Responder) -> None:
+        """Every request the server parsed: route it, or 404 / 405."""
+        route = self._routes.get(req.path)
+        if route is None:
+            self._refuse(resp, 404, f"no route {req.path[:200]}", "not_found")
+        elif req.method != route[0]:
+            self._refuse(resp, 405, f"method {req.method} not allowed", "method_not_allowed")
+        else:
+            await route[1](req, resp)
+
+    def _check_head(self, req: HttpRequest) -> tuple[int, str, str] | None:
+        """Refuses from the head alone, before `100 Continue` invites the body: a 401 on a
+        route that needs a key."""
+        if req.path not in _KEYED_ROUTES:
+            return None
+        try:
+            self.auth.authenticate(req.headers.get("authorization"), req.headers.get("x-api-key"))
+        except AuthError as exc:
+            return 401, str(exc), "invalid_api_key"
+        return None
+
+    def _generation(self, model: type[GenerationRequest]) -> Route:
+        async def endpoint(req: HttpRequest, resp: Responder) -> None:
+            await self.generate(req, resp, model)
+
+        return endpoint
+
+    # -- request classification -----------------------------------------------------
+
+    def _classify(
+        self, ident: Identity | None, headers: dict[str, str], gen: GenerationRequest
+    ) -> tuple[str, str]:
+        """(class, tenant) by the rule the simulator applies too (`core.gateway.classify`)."""
+        key_tier, key_tenant = (ident.tier, ident.tenant) if ident is not None else (None, None)
+        tenant = self.classifier.tenant(key_tenant, headers.get(self._tenant_header))
+        named = headers.get(self._class_header)
+        return self.classifier.classify(key_tier, named, gen.priority), tenant
+
+    # -- generation -----------------------------------------------------------------
+
+    async def generate(
+        self, req: HttpRequest, resp: Responder, model: type[GenerationRequest]
+    ) -> None:
+        arrival = req.received
+        try:
+            ident = self.auth.authenticate(
+                req.headers.get("authorization"), req.headers.get("x-api-key")
+            )
+            gen, data = parse_request(model, req.body)
+            cls, tenant = self._classify(ident, req.headers, gen)
+            prompt_tokens = gen.prompt_tokens(self.prompt_counters.for_model(gen.model).count)
+        except AuthError as exc:
+            return self._refuse(resp, 401, str(exc), "invalid_api_key")
+        except BadRequest as exc:
+            return self._refuse(resp, 400, str(exc), "invalid_request")
+
+        # a whole UUID4: backends may validate it (llama-cpp-python answers 400 otherwise)
+        rid = uuid.uuid4().hex
+        ex = _Exchange(rid, cls, tenant, req.path, gen.stream, arrival, prompt_tokens)
+        self.metrics.arrived(cls, is_retry(req.headers))
+        self.metrics.prompt_arrived(cls, prompt_tokens)
+        self._arrivals += 1
+        # a stream of token ids (or of several prompts) cannot be continued with text
+        prompts = gen.prompts() if isinstance(gen, CompletionRequest) else [""]
+        resumable = not gen.stream or (len(prompts) == 1 and isinstance(prompts[0], str))
+        router = self.config.fleet.router
+        hashes = (
+            block_hashes(gen.cache_text(), router.block_tokens, router.affinity_blocks)
+            if router.affinity
+            else ()
+        )
+        gr = GatewayRequest(rid, arrival * self._speedup, prompt_tokens, gen.output_limit(),
+                            cls, tenant, req.path, resumable, prefix_hashes=hashes,
+                            key_id=ident.key_id if ident is not None else None)  # fmt: skip
+        arrive = await self._charge_quota(gr)
+        ex.own_s = self._clock() - arrival  # read to the core; the rest is added at release
+        fut: asyncio.Future[Effect] = asyncio.get_running_loop().create_future()
+        self._waiting[rid] = fut
+        self.event(arrive)
+        try:
+            await self._serve(req, resp, ex, fut, gen, data)
+        except asyncio.CancelledError:
+            if not resp.gone:
+                self._end_unexpected(ex)
+                raise
+            if ex.outcome is None:  # the client hung up, or was cut for not reading
+                ex.outcome = Outcome.CANCELLED
+                ex.reason = Reason.CLIENT_STALLED if resp.stalled else None
+                self._waiting.pop(rid, None)
+                self.event(Cancel(rid, self._received(ex)))
+        except Exception:
+            log.exception("request %s failed in the gateway", rid)
+            self._end_unexpected(ex)
+            if not resp.started:
+                ex.status = 500
+                send_error(resp, 500, "internal gateway error", "internal_error")
+        finally:
+            self._running.pop(rid, None)
+        self._close(ex)
+
+    async def _charge_quota(self, gr: GatewayRequest) -> Arrive:
+        """The request's arrival; with fleet.redis, its quota charged in Redis first (the
+        core's plan, the core's verdict to take), or, Redis unreachable, left to the core
+        at quota / replicas."""
+        if self.shared is None:
+            return Arrive(gr)
+        plan = self.core.quota_plan(gr)
+        if plan is None:
+            return Arrive(gr)
+        try:
+            verdict = await self.shared.charge_quota(plan, self._speedup)
+        except asyncio.CancelledError:  # its client left: whatever was charged goes back
+            self.shared.settle_quota_soon([(c, c.cost) for c in plan.charges], self._speedup)
+            raise
+        if verdict is None:
+            return Arrive(gr, quota_share=self.config.fleet.redis.replicas)
+        return Arrive(gr, quota=verdict)
+
+    @staticmethod
+    def _received(ex: _Exchange) -> int | None:
+        """Output tokens its client holds (a stream's, counted so far; None: unknown)."""
+        if ex.output_tokens:
+            return ex.output_tokens
+        if ex.relay is not None and ex.stream:
+            return ex.relay.tokens()
+        return None if ex.backends else 0
+
+    def _end_unexpected(self, ex: _Exchange) -> None:
+        if ex.outcome is None:
+            ex.outcome = Outcome.FAILED
+            self._waiting.pop(ex.rid, None)
+            self.event(Fail(ex.rid, self._received(ex)))
+
+    async def _serve(
+        self, req: HttpRequest, resp: Responder, ex: _Exchange,
+        fut: asyncio.Future[Effect], gen: GenerationRequest, data: dict[str, Any],
+    ) -> None:  # fmt: skip
+        """Waits for the core's answer; serves the request (`data`: its body, parsed) on
+        the backend it names, again after each preemption, failover or refused lease."""
+        chat = ex.route.endswith("chat/completions")
+        opts = gen.stream_options
+        relay: SseRelay | None = None  # made at the first release, for its backend
+        while True:
+            effect = await fut
+            if isinstance(effect, Reject):
+                ex.outcome, ex.reason, ex.status = Outcome.REJECTED, effect.reason, 429
+                if effect.reason == Reason.QUOTA and effect.quota is not None:
+                    wait = send_quota(resp, ex.tenant, effect.quota, self._speedup, ex.rid)
+                    if math.isfinite(wait):
+                        self.metrics.shed(ex.cls, max(1, math.ceil(wait)))
+                    return
+                extra = ratelimit_headers(effect.quota, self._speedup)
+                told = send_shed(resp, ex.cls, effect.reason, effect.retry_after_s / self._speedup,
+                                 ex.rid, extra)  # fmt: skip
+                self.metrics.shed(ex.cls, told)
+                return
+            if isinstance(effect, Abandon):
+                self._abandoned(resp, ex, effect.outcome)
+                return
+            assert isinstance(effect, Release)
+            backend = effect.backend
+            if effect.quota is not None:
+                ex.quota = effect.quota
+            if relay is None:  # a stream keeps its text where its backend can resume it
+                keep = ex.stream and self.core.backend_options(backend).resume
+                relay = SseRelay(chat, strip_usage=not (opts is not None and opts.include_usage),
+                                 keep_text=keep)  # fmt: skip
+                ex.relay = relay
+            released = self._clock()
+            if ex.queue_wait_s is None:
+                ex.queue_wait_s = released - ex.arrival
+                self.metrics.queue_wait_of(ex.cls).observe(ex.queue_wait_s)
+            # the core's next answer about it (a preemption's or failover's Release, Abandon)
+            fut = self._expect(ex.rid)
+            self._running[ex.rid] = ex
+            ex.preempted = False
+            if self.shared is not None:
+                if not await self._lease(backend, ex.rid):
+                    self.event(LeaseRefused(ex.rid))  # others hold its cap: queued again
+                    continue
+                ex.lease = backend
+            body = upstream_body(data, ex.stream, effect.priority)
+            if effect.resumed and ex.ttft_s is not None:  # continue the stream its client has
+                relay.resume()
+                if relay.text:
+                    body = resume_body(body, chat, "".join(relay.text), relay.base_tokens)
+                self.metrics.reprefill_tokens.inc(ex.prompt_tokens + relay.base_tokens)
+            elif effect.resumed:  # nothing sent yet (or not a stream): start over
+                self.metrics.reprefill_tokens.inc(ex.prompt_tokens)
+            ex.backends.append(backend)
+            ex.resumed_on_failover += effect.failover and ex.ttft_s is not None
+            try:
+                await self._call(req, resp, ex, json_bytes(body), relay, released, backend)
+            finally:
+                self._drop_lease(ex)
+            if ex.outcome is not None:
+                self._waiting.pop(ex.rid, None)
+                return
+
+    async def _lease(self, backend: str, rid: str) -> bool:
+        """A shared in-flight slot on `backend`; a client gone meanwhile gives it back."""
+        assert self.shared is not None
+        try:
+            return await self.shared.acquire(backend, rid, self.core.backend_cap(backend))
+        except asyncio.CancelledError:
+            self.shared.release_soon(backend, rid)
+            raise
+
+    def _expect(self, rid: str) -> asyncio.Future[Effect]:
+        fut: asyncio.Future[Effect] = asyncio.get_running_loop().create_future()
+        self._waiting[rid] = fut
+        return fut
+
+    async def _call(
+        self, req: HttpRequest, resp: Responder, ex: _Exchange, body: bytes,
+        relay: SseRelay, released: float, backend: str,
+    ) -> None:  # fmt: skip
+        """One upstream request; returns with ex.outcome set, or with ex.preempted, or
+        after reporting its backend's failure (the core's answer comes to the future)."""
+        headers = {"content-type": "application/json", "accept-encoding": "identity",
+                   "x-request-id": ex.rid}  # fmt: skip
+        if not self.auth.enabled and (auth := req.headers.get("authorization")):
+            headers["authorization"] = auth
+        call: Call | None = None
+        try:
+            call = await self.pool(backend).start("POST", ex.route, body, headers)
+            ex.call = call
+            if ex.preempted:  # preempted while connecting
+                return
+            if not ex.preemptions and len(ex.backends) == 1:
+                ex.own_s += call.sent_at - released
+            if ex.stream:
+                self._arm_relay(resp, ex, call, relay)
+            status = await call.response()
+            if status != 200:
+                raw = await call.read()
+                code, payload = upstream_error(status, raw)
+                self.metrics.errors.labels(f"http_{status}").inc()
+                if status >= 500:  # the backend's fault: another may serve it
+                    self._backend_failed(ex, Failure.STATUS_5XX, code, payload)
+                    return
+                ex.outcome, ex.reason = Outcome.FAILED, f"backend_{status}"
+                self.metrics.refused_work(ex.cls, ex.prompt_tokens)
+                self.event(Fail(ex.rid, self._received(ex)))
+                if resp.started:  # a resumed stream the backend refused: end it in-band
+                    resp.end(b"data: " + json_bytes(payload) + b"\n\n")
+                else:
+                    ex.status = code
+                    send_json(resp, code, payload)
+            elif ex.stream:
+                await self._finish_relay(resp, ex, call, relay)
+            else:
+                await self._pass_json(resp, ex, call)
+        except asyncio.CancelledError:
+            if ex.preempted and not resp.gone:
+                return  # its call was aborted by the preemption: it waits to resume
+            raise
+        except UpstreamError as exc:
+            if ex.preempted:
+                return
+            failure = failure_of(exc)
+            self.metrics.errors.labels(failure.code).inc()
+            self._backend_failed(ex, failure, failure.status, failure.error())
+        finally:
+            ex.call = None
+            if call is not None:
+                call.abort()  # a no-op once the answer ended; else the engine frees the KV
+
+    def _backend_failed(
+        self, ex: _Exchange, failure: Failure, status: int, payload: dict[str, Any]
+    ) -> None:
+        """Tells the core; its answer (failover, queued again, Abandon) comes to the
+        request's future. `started`: the client holds tokens (only a resume can go on)."""
+        ex.failure = (status, payload)
+        self.event(BackendFailed(ex.rid, failure.reason, started=ex.ttft_s is not None))
+
+    def _abandoned(self, resp: Responder, ex: _Exchange, outcome: str) -> None:
+        """Its backend failed it and the core gave up (`outcome`): the last failure goes to
+        the client — as the status, or as one in-band error event once the stream began."""
+        status, payload = ex.failure or (502, {"error": {
+            "message": "backend failed", "type": "upstream_error", "param": None,
+            "code": "backend_error"}})  # fmt: skip
+        ex.outcome, ex.reason = Outcome.FAILED, str(payload["error"].get("code"))
+        if outcome != "not_retryable":
+            ex.reason += f"+{outcome}"
+        if resp.started:
+            resp.end(b"data: " + json_bytes(payload) + b"\n\n")
+        else:
+            ex.status = status
+            send_json(resp, status, payload)
+
+    def _arm_relay(self, resp: Responder, ex: _Exchange, call: Call, relay: SseRelay) -> None:
+        """Sets the SSE pass-through to start when the backend answers 200: the stream's
+        head and first bytes then go to the client from the very read that brought them,
+        each later read as one chunk; the handler's task is not on the first-token path.
+        A resumed answer continues the stream its client already has."""
+
+        def sink(data: bytes) -> None:
+            """Until the client holds a token: its first bytes are timed, nothing is held."""
+            hold = relay.content_seen  # until a token is out, nothing waits for the flush
+            out = relay.feed(data)
+            if out:
+                resp.write_soon(out, hold)  # later ones at most every flush interval
+                if ex.ttft_s is None:
+                    now = self._clock()
+                    ex.ttft_s = now - ex.arrival
+                    self.event(FirstToken(ex.rid))
+                    self.metrics.ttft_of(ex.cls).observe(ex.ttft_s)
+                    self.metrics.own_time.observe(ex.own_s + now - call.head_at)
+            if resp.paused:
+                call.pause(True)
+            if relay.content_seen and ex.ttft_s is not None:
+                call.stream_to(tokens)  # the rest of this answer: the lean path
+
+        def tokens(data: bytes) -> None:
+            """Every later read (most of them): relayed, at most once per flush interval."""
+            out = relay.feed(data)
+            if out:
+                resp.write_soon(out)
+            if resp.paused:
+                call.pause(True)
+
+        def on_head(status: int) -> None:
+            if status != 200:
+                return  # read whole and mapped to an error by the handler
+            if not resp.started:
+                ex.status = 200
+                resp.start_stream(200, [
+                    ("content-type", call.content_type or "text/event-stream"),
+                    ("cache-control", "no-cache"), ("x-request-id", ex.rid),
+                    ("x-burstguard-class", ex.cls),
+                    *ratelimit_headers(ex.quota, self._speedup),
+                ])  # fmt: skip
+            resp.on_writable = lambda: call.pause(False)
+            call.stream_to(sink)
+
+        call.on_head = on_head
+
+    async def _finish_relay(
+        self, resp: Responder, ex: _Exchange, call: Call, relay: SseRelay
+    ) -> None:
+        """Waits for the relayed stream's end, then counts its outcome and ends it."""
+        await call.finished()
+        ex.output_tokens = relay.tokens()
+        if relay.finished():
+            ex.outcome = Outcome.COMPLETED
+            self.metrics.completed(ex.cls, ex.prompt_tokens, ex.output_tokens)
+            self.event(Finish(ex.rid, ex.output_tokens))
+        else:  # the backend ended it early (it died, or llama-cpp-python's cut)
+            cut = Failure.CUT_STREAM
+            self.metrics.errors.labels(cut.code).inc()
+            self._backend_failed(ex, cut, cut.status, cut.error())
+            return
+        resp.end()
+
+    async def _pass_json(self, resp: Responder, ex: _Exchange, call: Call) -> None:
+        raw = await call.read()
+        tokens = json_tokens(raw)
+        if tokens is None:  # a 200 that is no OpenAI answer: another backend may serve it
+            bad = Failure.NOT_JSON
+            self.metrics.errors.labels(bad.code).inc()
+            self._backend_failed(ex, bad, bad.status, bad.error())
+            return
+        ex.output_tokens = tokens
+        ex.outcome, ex.status = Outcome.COMPLETED, 200
+        self.metrics.completed(ex.cls, ex.prompt_tokens, ex.output_tokens)
+        self.event(Finish(ex.rid, ex.output_tokens))
+        resp.send(200, raw, [
+            ("content-type", call.content_type or "application/json"),
+            ("x-request-id", ex.rid), ("x-burstguard-class", ex.cls),
+            *ratelimit_headers(ex.quota, self._speedup),
+        ])  # fmt: skip
+
+    def _refuse(self, resp: Responder, status: int, message: str, code: str) -> None:
+        self.metrics.invalid.labels(str(status)).inc()
+        err_type = "authentication_error" if status == 401 else "invalid_request_error"
+        headers = (("www-authenticate", "Bearer"),) if status == 401 else ()
+        send_error(resp, status, message, err_type, code, headers)
+
+    def _close(self, ex: _Exchange) -> None:
+        """Counts the outcome once and writes the request's log line."""
+        outcome = ex.outcome or Outcome.FAILED
+        self.metrics.ended(ex.cls, outcome, ex.reason)
+        if self.shared is not None and ex.backends:  # the tenant's service, for all replicas
+            self.shared.charge_tenant(ex.cls, ex.tenant, ex.prompt_tokens + ex.output_tokens)
+        if self.config.log_requests and access_log.isEnabledFor(logging.INFO):
+            access_log.info(orjson.dumps({  # (json.dumps: 5 us of every request, orjson 0.3)
+                "id": ex.rid, "class": ex.cls, "tenant": ex.tenant, "route": ex.route,
+                "stream": ex.stream, "outcome": outcome, "reason": ex.reason,
+                "status": ex.status or None, "queue_wait_s": _round(ex.queue_wait_s),
+                "ttft_s": _round(ex.ttft_s), "prompt_tokens": ex.prompt_tokens,
+                "output_tokens": ex.output_tokens, "preemptions": ex.preemptions,
+                "backends": ex.backends, "failover_resumes": ex.resumed_on_failover,
+                "duration_s": _round(self._clock() - ex.arrival),
+            }).decode())  # fmt: skip
+
+    # -- other routes ---------------------------------------------------------------
+
+    def _a_backend(self) -> str | None:
+        """A healthy backend to ask about models (else any known one)."""
+        stats = self.fleet.stats(self._clock())
+        ok = [b.url for b in stats if b.active and b.healthy]
+        return ok[0] if ok else (stats[0].url if stats else None)
+
+    async def models(self, req: HttpRequest, resp: Responder) -> None:
+        try:
+            self.auth.authenticate(req.headers.get("authorization"), req.headers.get("x-api-key"))
+        except AuthError as exc:
+            return self._refuse(resp, 401, str(exc), "invalid_api_key")
+        base = self._a_backend()
+        if base is None:
+            send_error(resp, 503, "no backend known yet", "upstream_error", "backend_unreachable")
+            return
+        try:
+            timeout = aiohttp.ClientTimeout(total=10.0)
+            async with self.session.get(base + "/v1/models", timeout=timeout) as up:
+                raw = await up.read()
+                ctype = up.headers.get("content-type", "application/json")
+                status = up.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("backend failed: %s: %s", type(exc).__name__, exc)
+            message = "the backend is unreachable"
+            send_error(resp, 503, message, "upstream_error", "backend_unreachable")
+            return
+        if status != 200:
+            code, payload = upstream_error(status, raw)
+            send_json(resp, code, payload)
+        else:
+            resp.send(200, raw, [("content-type", ctype)])
+
+    async def health(self, req: HttpRequest, resp: Responder) -> None:
+        resp.send(200, b'{"status":"ok"}', [JSON_HEADER])
+
+    async def ready(self, req: HttpRequest, resp: Responder) -> None:
+        """200 while at least one backend is healthy (its circuit closed, its last /health
+        probe answered), else 503. Counts only: backend addresses are not for clients."""
+        now = self._clock()
+        healthy = sum(1 for b in self.fleet.stats(now) if b.active and b.healthy and b.up)
+        if healthy:
+            send_json(resp, 200, {"status": "ready", "healthy_backends": healthy})
+        else:
+            message = f"no healthy backend (of {len(self.fleet.backends)})"
+            send_error(resp, 503, message, "upstream_error", "backend_unreachable")
+
+    async def metrics_endpoint(self, req: HttpRequest, resp: Responder) -> None:
+        resp.send(200, self.metrics.render(), [("content-type", CONTENT_TYPE)])
+
+    async def openapi(self, req: HttpRequest, resp: Responder) -> None:
+        resp.send(200, self._openapi, [JSON_HEADER])
+
+    def _snapshot(self) -> GaugeSnapshot:
+        return core_snapshot(self.core, quota_local_share=self._quota_share())
+
+    def _quota_share(self) -> int | None:
+        """N while this replica enforces quota/N alone (Redis lost), 1 while Redis charges
+        quotas, None without quotas or without Redis."""
+        if self.shared is None or not self.core.quotas.enabled:
+            return None
+        return self.config.fleet.redis.replicas if self.shared.degraded else 1
+
+
+Route = Callable[[HttpRequest, Responder], Awaitable[None]]
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 6)
