@@ -16,9 +16,8 @@ tensor-parallel group, each holding 1/tp of the weights, heads and KV):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
+import bisect
+from dataclasses import dataclass, field
 
 from burstguard.engine.perf_model import BatchShape
 from burstguard.engine.specs import ModelShape
@@ -44,17 +43,26 @@ class LinearOps:
     elementwise_s: float
     """The fixed cost of the elementwise ops (their kernel launches)."""
     elementwise_per_token_s: float
-    correction_tokens: tuple[float, ...] = ()
-    correction_ratio: tuple[float, ...] = ()
+    correction_tokens: tuple[float, ...] = field(default=(), repr=False)
+    correction_ratio: tuple[float, ...] = field(default=(), repr=False)
 
     def smooth(self, n: float) -> float:
         gemm = knee(self.weight_read_s, self.flops_per_token_s * n, self.knee)
         return gemm + self.elementwise_s + self.elementwise_per_token_s * n
 
     def ratio(self, n: float) -> float:
-        if not self.correction_tokens:
+        """The correction at n: linear between measured token counts, the end values
+        beyond them (bisect, not numpy: the simulator asks once per step)."""
+        xs, ys = self.correction_tokens, self.correction_ratio
+        if not xs:
             return 1.0
-        return float(np.interp(n, self.correction_tokens, self.correction_ratio))
+        i = bisect.bisect_left(xs, n)
+        if i == 0:
+            return ys[0]
+        if i == len(xs):
+            return ys[-1]
+        x0, x1 = xs[i - 1], xs[i]
+        return ys[i - 1] + (ys[i] - ys[i - 1]) * (n - x0) / (x1 - x0)
 
     def time(self, n: float) -> float:
         return self.smooth(n) * self.ratio(n) if n > 0 else 0.0

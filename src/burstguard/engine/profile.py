@@ -2,7 +2,8 @@
 
 A profile is a YAML file (schema `burstguard.profile/1`, documented in docs/engine.md)
 holding roofline figures (model shape, GPU peaks, efficiencies), a GPU fit to measured
-kernel times (`kernel_fit`, engine/kernel_model.py) or a linear fit of measured step times. Built-in profiles live in `engine/profiles/`; a path works too.
+kernel times (`kernel_fit`, engine/kernel_model.py) or a linear fit of measured step
+times. Built-in profiles live in `engine/profiles/`; a path works too.
 A fitted profile records the machine it was fitted on (`fitted.machine`): a CPU engine's
 speed is its machine's, so a built-in name resolves to this machine's own calibration
 when one is cached (`machine_profile_path`, written by `engines.vllm_cpu.machine_profile`
@@ -218,8 +219,7 @@ class Profile:
         """The model's shape (a `kernel_fit` profile's `model` section)."""
         m = self.data.model
         return ModelShape.model_validate(
-            {f: getattr(m, f) for f in ModelShape.model_fields if f != "name"}
-            | {"name": m.name}
+            {f: getattr(m, f) for f in ModelShape.model_fields if f != "name"} | {"name": m.name}
         )
 
     @property
@@ -261,13 +261,13 @@ class Profile:
         hw, shape = self.data.hardware, self.shape()
         assert hw is not None
         gpu = {"bandwidth_bytes_s": hw.mem_bandwidth_bytes_s, "peak_flops": hw.peak_flops,
-               "mem_efficiency": kf.mem_efficiency, "compute_efficiency": kf.compute_efficiency}  # fmt: skip
+               "mem_efficiency": kf.mem_efficiency,
+               "compute_efficiency": kf.compute_efficiency}  # fmt: skip
         corr = kf.correction
+        points = (tuple(map(float, corr.num_tokens)), tuple(corr.ratio)) if corr else ((), ())
         linear = linear_ops(
             shape, tp=kf.tensor_parallel, knee=kf.knee, elementwise_s=kf.elementwise_s,
-            activation_bytes_per_token=kf.activation_bytes_per_token,
-            correction=(tuple(map(float, corr.num_tokens)), tuple(corr.ratio)) if corr else ((), ()),
-            **gpu,
+            activation_bytes_per_token=kf.activation_bytes_per_token, correction=points, **gpu,
         )  # fmt: skip
         return kernel_model(
             shape, linear, tp=kf.tensor_parallel, interconnect_bytes_s=hw.interconnect_bytes_s,
@@ -329,7 +329,8 @@ class Profile:
                 f"profile {self.name}: no GPU memory left for the KV cache at "
                 f"--gpu-memory-utilization {config.gpu_memory_utilization} "
                 f"({hw.gpu_memory_bytes * config.gpu_memory_utilization / 1e9:.1f} GB usable, "
-                f"weights {m.weight_bytes / tp / 1e9:.1f} GB per GPU); raise --gpu-memory-utilization"
+                f"weights {m.weight_bytes / tp / 1e9:.1f} GB per GPU); "
+                "raise --gpu-memory-utilization"
             )
         return int(free // (kv / tp))
 
