@@ -183,10 +183,10 @@ def calibrate(
     request_overhead_ms: Annotated[
         float, typer.Option(min=0, help="--kernels: cost per new request (assumed)")
     ] = 1.0,
-    allreduce_latency_us: Annotated[
+    link_latency_us: Annotated[
         float, typer.Option(min=0, help="--kernels, TP: latency per all-reduce (assumed)")
     ] = 10.0,
-    allreduce_efficiency: Annotated[
+    link_efficiency: Annotated[
         float, typer.Option(min=0.01, max=1, help="--kernels, TP: share of link bandwidth")
     ] = 0.7,
 ) -> None:
@@ -203,8 +203,8 @@ def calibrate(
             kernels=kernels, scale_by=scale_by, shape_name=shape, gpu_name=gpu,
             fitted_on=fitted_on, tp=tp, out=out, name=name, description=description,
             step_overhead_s=step_overhead_ms / 1e3, request_overhead_s=request_overhead_ms / 1e3,
-            allreduce_latency_s=allreduce_latency_us / 1e6,
-            allreduce_efficiency=allreduce_efficiency,
+            allreduce_latency_s=link_latency_us / 1e6,
+            allreduce_efficiency=link_efficiency,
         )  # fmt: skip
         return
     assert target is not None
