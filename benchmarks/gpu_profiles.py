@@ -51,8 +51,8 @@ def main() -> None:
                   f"{e['held_out_max_rel_error']:.1%}")  # fmt: skip
         if kf.provenance["fitted_on"] == profile.data.hardware.name:  # type: ignore[union-attr]
             table = _table(profile)
-            measured = dict(zip(table.num_tokens.tolist(),
-                                table.total_s(profile.shape().num_layers), strict=True))  # fmt: skip
+            sums = table.total_s(profile.shape().num_layers)
+            measured = dict(zip(table.num_tokens.tolist(), sums, strict=True))
             cells = []
             for n in (1, 8, 32, 128, 256, 512, 1024, 2048, 4096):
                 if n in measured:
