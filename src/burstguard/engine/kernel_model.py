@@ -45,6 +45,8 @@ class LinearOps:
     elementwise_per_token_s: float
     correction_tokens: tuple[float, ...] = field(default=(), repr=False)
     correction_ratio: tuple[float, ...] = field(default=(), repr=False)
+    _memo: dict[float, float] = field(default_factory=dict, repr=False, compare=False)
+    """time(n) by n: a simulator asks for the same few batch sizes millions of times."""
 
     def smooth(self, n: float) -> float:
         gemm = knee(self.weight_read_s, self.flops_per_token_s * n, self.knee)
@@ -65,7 +67,10 @@ class LinearOps:
         return ys[i - 1] + (ys[i] - ys[i - 1]) * (n - x0) / (x1 - x0)
 
     def time(self, n: float) -> float:
-        return self.smooth(n) * self.ratio(n) if n > 0 else 0.0
+        t = self._memo.get(n)
+        if t is None:
+            t = self._memo[n] = self.smooth(n) * self.ratio(n) if n > 0 else 0.0
+        return t
 
 
 @dataclass(frozen=True, slots=True)
