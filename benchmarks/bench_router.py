@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from burstguard.bench.runner import BenchConfig, run_bench
+from burstguard.bench.leg import run_bench
+from burstguard.bench.runner import BenchConfig
 from burstguard.procs import ManagedProcess, free_port
 from burstguard.workload.spec import Workload
 from burstguard.workload.synth import PatternSpec, synthesize

@@ -20,9 +20,7 @@ from burstguard.workload.synth import PatternSpec, synthesize
 from burstguard.workload.traces import load_workload
 
 ROOT = Path(__file__).resolve().parent.parent
-AZURE = ROOT.parent / "shared" / "traces" / "azure2023_code.csv"
-if not AZURE.exists():
-    AZURE = ROOT / "examples" / "traces" / "azure2023_code.csv"
+AZURE = ROOT / "examples" / "traces" / "azure2023_code.csv"
 
 
 def run(name: str, workload, config: EngineConfig, fast_forward: bool = True) -> None:  # type: ignore[no-untyped-def]
@@ -39,7 +37,7 @@ def run(name: str, workload, config: EngineConfig, fast_forward: bool = True) ->
 def run_fleet(name: str, workload, scaling: str | None, fast_forward: bool = True) -> None:  # type: ignore[no-untyped-def]
     """The gateway core in front of 8 replicas (or an autoscaler with at most 8)."""
     from burstguard.autoscale import load_policy
-    from burstguard.sim.cli import fleet_gateway
+    from burstguard.sim.defaults import fleet_gateway
     from burstguard.sim.gateway_loop import simulate_gateway
 
     policy = None if scaling is None else load_policy(scaling).with_overrides(max_replicas=8)

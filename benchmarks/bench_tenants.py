@@ -13,7 +13,7 @@ import time
 
 from burstguard.gateway.config import GatewayConfig
 from burstguard.gateway.core import GatewayCore
-from burstguard.gateway.events import Release
+from burstguard.gateway.events import Arrive, Finish, Release
 from burstguard.gateway.request import GatewayRequest
 
 TENANTS = (16, 256, 1024, 4096)
@@ -21,17 +21,20 @@ TENANTS = (16, 256, 1024, 4096)
 
 def per_release_us(fairness: str, tenants: int) -> float:
     gw = GatewayCore(GatewayConfig.from_dict({
+        "backends": [{"url": "http://a:1"}],
         "policy": {"fairness": fairness},
         "limits": {"max_queued_tenants": tenants},
         "admission": {"max_in_flight": 1, "min_in_flight": 1, "adapt": False,
                       "max_queue_requests": 2 * tenants, "max_queue_tokens": 10**9},
     }))  # fmt: skip
-    for k in range(2 * tenants):
-        gw.submit(GatewayRequest(f"r{k}", 0.0, 10, 10, "standard", f"t{k % tenants}"), 0.0)
+    released: list[GatewayRequest] = []
+    for k in range(2 * tenants):  # the first takes the slot, the rest queue
+        req = GatewayRequest(f"r{k}", 0.0, 10, 10, "standard", f"t{k % tenants}")
+        released += [e.req for e in gw.handle(Arrive(req), 0.0) if isinstance(e, Release)]
+    (r,) = released
     start = time.perf_counter()
-    for _ in range(tenants):
-        (r,) = [e.req for e in gw.dispatch(0.0) if isinstance(e, Release)]
-        gw.on_finish(r.id, 0.0, 10)
+    for _ in range(tenants):  # each end releases the next: one pick
+        (r,) = [e.req for e in gw.handle(Finish(r.id, 10), 0.0) if isinstance(e, Release)]
     return (time.perf_counter() - start) / tenants * 1e6
 
 

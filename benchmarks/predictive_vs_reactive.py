@@ -20,7 +20,7 @@ from burstguard.tune.objective import ClassSlos, ScalingObjective
 from burstguard.tune.search import Runner, best, grid_search
 from burstguard.workload.traces import load_workload
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[1] / "examples" / "traces"
 SLO = "ttft=1,tpot=0.05"
 GRID = {
     "keda-queue": (1.0, 2.0, 5.0, 10.0, 20.0),  # waiting requests per replica

@@ -14,17 +14,16 @@ import pytest
 from burstguard.procs import ManagedProcess, free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-TRACES_DIR = REPO_ROOT.parent / "shared" / "traces"
+TRACES_DIR = REPO_ROOT / "examples" / "traces"
 AZURE_CODE = TRACES_DIR / "azure2023_code.csv"
 MOONCAKE_CONV = TRACES_DIR / "mooncake_conversation.jsonl"
-SEED_ARTICLE = REPO_ROOT.parent / "shared" / "seed" / "000_54d6eaa1105b7383.txt"
 BURSTGUARD = [sys.executable, "-m", "burstguard.cli"]
 
 
 @pytest.fixture(scope="session")
 def traces_dir() -> Path:
     if not TRACES_DIR.is_dir():
-        pytest.fail(f"real traces not found at {TRACES_DIR} (expected ../shared/traces)")
+        pytest.fail(f"real traces not found at {TRACES_DIR} (they ship in examples/traces/)")
     return TRACES_DIR
 
 

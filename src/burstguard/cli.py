@@ -7,7 +7,9 @@ import sys
 
 import typer
 
-from burstguard.errors import UserError
+from burstguard.errors import BurstguardError
+
+USER_ERROR_EXIT = 2  # the exit code of an error the user can fix (`BurstguardError`)
 
 app = typer.Typer(
     name="burstguard",
@@ -69,18 +71,18 @@ _register_all()
 
 
 def main() -> None:
-    """Entry point: user errors, and a file that cannot be read or written, become one
-    line on stderr and exit code 2."""
+    """Entry point: errors the user can fix (`BurstguardError`), and a file that cannot be
+    read or written, become one line on stderr and exit code 2."""
     try:
         app()
-    except UserError as exc:
+    except BurstguardError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        sys.exit(USER_ERROR_EXIT)
     except OSError as exc:
         if exc.filename is None:  # not about a path the user named: a bug to see whole
             raise
         print(f"error: {exc.filename}: {exc.strerror}", file=sys.stderr)
-        sys.exit(UserError.exit_code)
+        sys.exit(USER_ERROR_EXIT)
 
 
 if __name__ == "__main__":

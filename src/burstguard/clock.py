@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
 
 __all__ = ["check_start_at", "monotonic_at", "schedule_origin"]
 
@@ -22,9 +22,9 @@ def check_start_at(start_at: float | None) -> None:
     if start_at is None:
         return
     if not math.isfinite(start_at):
-        raise UserError(f"--start-at {start_at}: not a Unix time (now {time.time():.1f})")
+        raise ConfigError(f"--start-at {start_at}: not a Unix time (now {time.time():.1f})")
     if start_at <= time.time():
-        raise UserError(f"--start-at {start_at}: that time has passed (now {time.time():.1f})")
+        raise ConfigError(f"--start-at {start_at}: that time has passed (now {time.time():.1f})")
 
 
 def monotonic_at(unix_s: float) -> float:

@@ -65,8 +65,10 @@ def run_leg(name: str, policy: str, runs: Path, reports: Path) -> dict[str, Any]
                  "--out", str(out), "--force", "--quiet"],
                 check=True, stdout=subprocess.DEVNULL,
             )  # fmt: skip
-        fleet.terminate()  # stops its replicas and writes its books
-        fleet.wait(timeout=60)
+            # Stopped while its gateway still answers: the policy polls the gateway's
+            # /metrics until the fleet has stopped, and would warn of a gateway gone first.
+            fleet.terminate()  # stops its replicas and writes its books
+            fleet.wait(timeout=60)
     finally:
         if fleet.poll() is None:
             fleet.terminate()

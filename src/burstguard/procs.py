@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-from burstguard.errors import UserError
+from burstguard.errors import TargetError
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -69,7 +69,7 @@ class ManagedProcess:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise UserError(
+                raise TargetError(
                     f"{self.argv[0]} exited with code {self.proc.returncode} before it was "
                     f"ready{self._log_hint()}"
                 )
@@ -77,7 +77,7 @@ class ManagedProcess:
                 return self
             time.sleep(0.1)
         self.stop()
-        raise UserError(
+        raise TargetError(
             f"{self.health_url} not ready after {self.startup_timeout_s:.0f} s{self._log_hint()}"
         )
 

@@ -13,14 +13,16 @@ from types import TracebackType
 
 import redis
 
-from burstguard.errors import UserError
+from burstguard.errors import TargetError
 from burstguard.procs import free_port
 
 
 class RedisServer:
     def __init__(self, workdir: Path, startup_timeout_s: float = 10.0) -> None:
         if shutil.which("redis-server") is None:
-            raise UserError("redis-server is not installed (Debian: apt-get install redis-server)")
+            raise TargetError(
+                "redis-server is not installed (Debian: apt-get install redis-server)"
+            )
         self.port = free_port()
         self.workdir = workdir
         self.startup_timeout_s = startup_timeout_s
@@ -47,13 +49,13 @@ class RedisServer:
                 return self
             except redis.ConnectionError:
                 if self.proc.poll() is not None:
-                    raise UserError(
+                    raise TargetError(
                         f"redis-server exited with code {self.proc.returncode} "
                         f"(log: {self.workdir / 'redis.log'})"
                     ) from None
                 if time.monotonic() > deadline:
                     self.kill()
-                    raise UserError(
+                    raise TargetError(
                         f"redis-server did not answer in {self.startup_timeout_s:.0f} s"
                     ) from None
                 time.sleep(0.02)

@@ -4,7 +4,7 @@ OpenAI's fields plus vLLM's extensions (`ignore_eos`, `priority`, token-id promp
 `continue_final_message`, `add_generation_prompt`). Unknown fields are kept, so a server
 passes vLLM's other extras on untouched; the OpenAPI schema (generated from these models)
 still lists the known ones. Prompt tokens are counted with burstguard's one token rule
-(`burstguard.emulator.tokens`); a token-id prompt is its length, as vLLM counts it.
+(`burstguard.wire.tokens`); a token-id prompt is its length, as vLLM counts it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from burstguard.emulator.tokens import TextCounter, count_chat_tokens, count_tokens
+from burstguard.wire.prefix import chat_text
+from burstguard.wire.tokens import TextCounter, count_chat_tokens, count_tokens
 
 TokenId = Annotated[int, Field(ge=0)]  # a negative token id is no token (vLLM refuses it)
 
@@ -84,6 +85,10 @@ class ChatCompletionRequest(_Generation):
         """Prompt tokens with `count` for texts (the model's tokenizer, or the estimate)."""
         return count_chat_tokens(({"content": m.text} for m in self.messages), count)
 
+    def cache_text(self) -> str:
+        """The prompt as prefix hashing reads it (`prefix.chat_text`)."""
+        return chat_text((m.role, m.text) for m in self.messages)
+
 
 class CompletionRequest(_Generation):
     """POST /v1/completions: a text, texts, token ids or lists of token ids."""
@@ -105,6 +110,12 @@ class CompletionRequest(_Generation):
     def prompt_tokens(self, count: TextCounter = count_tokens) -> int:
         """Prompt tokens with `count` for texts; token ids count as themselves."""
         return max(1, sum(count(p) if isinstance(p, str) else len(p) for p in self.prompts()))
+
+    def cache_text(self) -> str:
+        """The prompt as prefix hashing reads it: a single text prompt; "" for token ids or
+        several prompts (no prefix blocks)."""
+        prompts = self.prompts()
+        return prompts[0] if len(prompts) == 1 and isinstance(prompts[0], str) else ""
 
 
 GenerationRequest = ChatCompletionRequest | CompletionRequest

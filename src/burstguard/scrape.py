@@ -30,6 +30,8 @@ DEFAULT_SERIES: tuple[str, ...] = (
     "vllm:num_preemptions_total",
     "vllm:iteration_tokens_total_sum",
     "vllm:iteration_tokens_total_count",
+    "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total",
     "llm_request_queue_depth",
 )
 

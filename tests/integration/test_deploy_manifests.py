@@ -25,8 +25,8 @@ from burstguard.deploycheck.stack import gateway_config
 from burstguard.gateway.cli import load_config
 from burstguard.gateway.config import GatewayConfig
 from burstguard.gateway.fleet.config import FleetConfig
-from burstguard.gateway.http import HttpServer
 from burstguard.gateway.metrics import _TTFT_BUCKETS
+from burstguard.http.server import HttpServer
 
 
 @pytest.fixture(scope="module")

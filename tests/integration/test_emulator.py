@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import assert_openai_chat_works, start_emulator
 
 from burstguard.scrape import metric_sum, parse_metrics
+from burstguard.workload import seed
 
 MODEL = "llama3-8b-h100"
 VLLM_NAMES = {
@@ -156,10 +157,10 @@ def test_prompt_tokens_counted_by_the_chosen_tokenizer(
     tmp_path: Path, reference_tokenizer: Path, choice: str
 ) -> None:
     """`--tokenizer PATH` counts a Chinese prompt as the model does; `estimate` by the rule."""
-    from burstguard.emulator.tokens import count_tokens
     from burstguard.tokenizer import load_tokenizer
+    from burstguard.wire.tokens import count_tokens
 
-    prompt = "用通俗的语言解释什么是量子纠缠，并给出三个生活化类比。"
+    prompt = seed.PROMPT
     arg = str(reference_tokenizer) if choice == "tokenizer" else "estimate"
     model = "smollm2-135m-cpu"
     with start_emulator(tmp_path, "--tokenizer", arg, profile=model) as proc:

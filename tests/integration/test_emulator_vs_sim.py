@@ -30,11 +30,11 @@ import requests
 from tests.conftest import start_emulator
 
 from burstguard.bench.summary import summarize
-from burstguard.emulator.tokens import filler_text
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.profile import Profile
 from burstguard.scrape import metric_sum, parse_metrics
 from burstguard.sim.loop import simulate
+from burstguard.wire.tokens import filler_text
 from burstguard.workload.synth import PatternSpec, synthesize
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from burstguard.errors import UserError
+from burstguard.errors import BurstguardError
 from burstguard.gateway.fleet.config import (
     DiscoveryConfig,
     DnsDiscovery,
@@ -59,18 +59,18 @@ async def test_watched_file_adds_and_drains_backends(tmp_path: Path) -> None:
 
 async def test_missing_file_at_start_names_the_field(tmp_path: Path) -> None:
     cfg = DiscoveryConfig(file=FileDiscovery(path=str(tmp_path / "nope.txt")))
-    with pytest.raises(UserError, match=r"fleet\.discovery\.file\.path: cannot read"):
+    with pytest.raises(BurstguardError, match=r"fleet\.discovery\.file\.path: cannot read"):
         await Discovery([], cfg, lambda urls: None).start()
 
 
 async def test_a_file_that_is_not_text_keeps_the_list_and_the_watch(tmp_path: Path) -> None:
     """Bytes that are not UTF-8 (a half-written or clobbered file) are a bad edit like any
     other: the last list stays and a later good edit is still picked up. At start they are
-    a UserError naming the file, not a traceback."""
+    a BurstguardError naming the file, not a traceback."""
     path = tmp_path / "backends.txt"
     path.write_bytes(b"\xff\xfe\x00garbage\n")
     cfg = DiscoveryConfig(file=FileDiscovery(path=str(path), interval_s=0.05))
-    with pytest.raises(UserError, match="not a UTF-8 text file"):
+    with pytest.raises(BurstguardError, match="not a UTF-8 text file"):
         await Discovery([], cfg, lambda urls: None).start()
     path.write_text("\ufeffhttp://10.0.0.1:8000\n")  # a BOM, as some editors write, is fine
     disc = Discovery([], cfg, lambda urls: None)
@@ -101,16 +101,18 @@ async def test_dns_name_resolves_to_all_its_addresses() -> None:
 
 async def test_unresolvable_dns_at_start_names_the_field() -> None:
     cfg = DiscoveryConfig(dns=DnsDiscovery(name="no-such-backend.invalid", port=8000))
-    with pytest.raises(UserError, match=r"fleet\.discovery\.dns\.name: 'no-such-backend"):
+    with pytest.raises(BurstguardError, match=r"fleet\.discovery\.dns\.name: 'no-such-backend"):
         await Discovery([], cfg, lambda urls: None).start()
 
 
 def test_duplicate_and_bad_backends_name_the_field() -> None:
-    with pytest.raises(UserError, match=r"backends\.2: 'http://A:8000/' is the same backend as"):
+    with pytest.raises(
+        BurstguardError, match=r"backends\.2: 'http://A:8000/' is the same backend as"
+    ):
         check_backend_urls(["http://a:8000", "http://b:8000", "http://A:8000/"], "backends")
-    with pytest.raises(UserError, match=r"backends\.0: 'ftp://x' is not an http"):
+    with pytest.raises(BurstguardError, match=r"backends\.0: 'ftp://x' is not an http"):
         check_backend_urls(["ftp://x"], "backends")
-    with pytest.raises(UserError, match=r"f\.txt:3: .* same backend as line 1"):
+    with pytest.raises(BurstguardError, match=r"f\.txt:3: .* same backend as line 1"):
         parse_backend_file("http://x:1\n\nhttp://x:1/\n", "f.txt")
     assert check_backend_urls(["http://[::1]:8000/v1/"], "backends") == ("http://[::1]:8000/v1",)
     for bad, why in (
@@ -121,9 +123,9 @@ def test_duplicate_and_bad_backends_name_the_field() -> None:
         ("http://user:pw@h:8000", "no user, query or fragment"),  # it would be dropped
         ("http://h:8000/?token=x", "no user, query or fragment"),
     ):
-        with pytest.raises(UserError, match=rf"backends\.0: .*{why}"):
+        with pytest.raises(BurstguardError, match=rf"backends\.0: .*{why}"):
             check_backend_urls([bad], "backends")
-        with pytest.raises(UserError, match=rf"f\.txt:2: .*{why}"):
+        with pytest.raises(BurstguardError, match=rf"f\.txt:2: .*{why}"):
             parse_backend_file(f"http://ok:1\n{bad}\n", "f.txt")
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from burstguard.errors import UserError
+from burstguard.errors import BurstguardError
 from burstguard.gateway.backend_metrics import backend_state
 from burstguard.gateway.fleet.config import FleetConfig, RedisConfig
 from burstguard.gateway.fleet.shared_state import SharedState, local_cap
@@ -220,7 +220,7 @@ async def test_unreachable_redis_at_start_degrades_or_names_the_field(
         await state.close()
     strict = SharedState(RedisConfig(url=url, required=True), "gw")
     try:
-        with pytest.raises(UserError, match=r"fleet\.redis\.url: cannot reach Redis"):
+        with pytest.raises(BurstguardError, match=r"fleet\.redis\.url: cannot reach Redis"):
             await strict.connect()
     finally:
         await strict.close()

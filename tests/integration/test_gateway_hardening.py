@@ -306,7 +306,7 @@ def trickle(s: socket.socket, data: bytes, every_s: float, for_s: float) -> byte
     ("opening", "trickled", "reason"),
     [
         (b"GET /health HTTP/1.1\r\n", b"host: slowly-slowly-slowly\r\n\r\n", "head_timeout"),
-        (b"POST /v1/completions HTTP/1.1\r\ncontent-length: 100\r\n\r\n{", b"x" * 99,
+        (b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{", b"x" * 99,
          "body_timeout"),
     ],
 )  # fmt: skip
@@ -742,3 +742,50 @@ async def test_9_a_200_that_is_not_json_fails_over_or_is_a_502(
                 assert body["choices"][0]["text"], body
             else:
                 assert body["error"]["code"] == "bad_answer", body
+
+
+# -- 10: one answer per request, the head's rules (RFC 9112) ----------------------------
+
+
+def answers(base: str, raw: bytes, timeout_s: float = 3.0) -> list[bytes]:
+    """Every status line the gateway wrote for `raw` before it closed or went quiet."""
+    with connect(base) as s:
+        s.sendall(raw)
+        _, out = closed_by_peer(s, timeout_s)
+    return re.findall(rb"HTTP/1\.[01] \d{3}", out)
+
+
+def test_10_an_upgrade_is_refused_once_and_never_forwarded(
+    keyed: str, stack: tuple[str, int, Path, str]
+) -> None:
+    """`Upgrade: h2c` on /health got 200 then an unrequested 400; an authenticated
+    /v1/models with `Upgrade: websocket` was forwarded, answered 200, then 400."""
+    base = stack[0]
+    h2c = b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: h2c\r\n\r\n"
+    assert answers(base, h2c) == [b"HTTP/1.1 400"]
+    ws = (f"GET /v1/models HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {KEY}\r\n"
+          "connection: upgrade\r\nupgrade: websocket\r\n\r\n").encode()  # fmt: skip
+    assert answers(keyed, ws) == [b"HTTP/1.1 400"]
+
+
+def test_10_host_must_be_there_once_and_authorization_once(
+    keyed: str, stack: tuple[str, int, Path, str]
+) -> None:
+    base = stack[0]
+    assert answers(base, b"GET /health HTTP/1.1\r\n\r\n") == [b"HTTP/1.1 400"]
+    two = b"GET /health HTTP/1.1\r\nhost: a\r\nhost: b\r\n\r\n"
+    assert answers(base, two) == [b"HTTP/1.1 400"]
+    assert answers(base, b"GET /health HTTP/1.0\r\n\r\n") == [b"HTTP/1.1 200"]  # 1.0: no Host
+    auth = (f"GET /v1/models HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {KEY}\r\n"
+            "authorization: Bearer other\r\n\r\n").encode()  # fmt: skip
+    assert answers(keyed, auth) == [b"HTTP/1.1 400"]
+
+
+def test_10_connect_is_refused_without_the_parsers_internal_text(
+    stack: tuple[str, int, Path, str],
+) -> None:
+    with connect(stack[0]) as s:
+        s.sendall(b"CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n")
+        _, out = closed_by_peer(s, 3.0)
+    assert status_of(out) in (400, 405), out
+    assert b"callback" not in out.lower() and b"httptools" not in out.lower(), out

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import start_emulator
 from tests.integration.test_gateway import samples, start_gateway
 
-from burstguard.emulator.tokens import chat_content_for, filler_text
+from burstguard.wire.tokens import chat_content_for, filler_text
 
 MODEL = "llama3-8b-h100"
 ONE_SLOT: dict[str, Any] = {

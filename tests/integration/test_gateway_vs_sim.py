@@ -20,11 +20,11 @@ import numpy as np
 from tests.conftest import start_emulator
 from tests.integration.test_gateway import start_gateway
 
-from burstguard.emulator.tokens import filler_text
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.profile import Profile
 from burstguard.gateway.config import GatewayConfig
 from burstguard.sim.gateway_loop import simulate_gateway
+from burstguard.wire.tokens import filler_text
 from burstguard.workload.spec import RequestSpec, Workload
 
 PROFILE = "llama3-8b-h100"

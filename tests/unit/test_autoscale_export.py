@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from burstguard.autoscale import PRESETS, load_policy
-from burstguard.errors import UserError
+from burstguard.errors import BurstguardError
 
 CRD = Path(__file__).parents[2] / "deploy" / "crds" / "keda.sh_scaledobjects.yaml"
 
@@ -30,7 +30,7 @@ def export(policy: str, out: Path, *args: str) -> int:
     from burstguard.cli import app
 
     result = CliRunner().invoke(app, ["scaling", "export", policy, "--out", str(out), *args])
-    if isinstance(result.exception, UserError):
+    if isinstance(result.exception, BurstguardError):
         return result.exception.exit_code
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     return result.exit_code
@@ -115,11 +115,11 @@ def test_bad_policy_files_are_one_line_errors(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "rate() is for counters only" in done.stderr and "Traceback" not in done.stderr
-    with pytest.raises(UserError, match="no such preset"):
+    with pytest.raises(BurstguardError, match="no such preset"):
         load_policy("keda-nope")
     mixed = tmp_path / "mixed.yaml"
     mixed.write_text("kind: kpa\nkeda: {query: {metric: llm_request_queue_depth}, target: 5}\n")
-    with pytest.raises(UserError, match="needs exactly a `kpa:` block"):
+    with pytest.raises(BurstguardError, match="needs exactly a `kpa:` block"):
         load_policy(mixed)
 
 
@@ -163,5 +163,5 @@ def test_names_and_the_prometheus_url_kubectl_would_refuse_are_refused(
 
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["scaling", "export", "keda-queue", "--out", str(out), *args])
-    assert isinstance(result.exception, UserError) and needle in str(result.exception)
+    assert isinstance(result.exception, BurstguardError) and needle in str(result.exception)
     assert not out.exists()

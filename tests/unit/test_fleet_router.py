@@ -5,14 +5,10 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from burstguard.gateway.fleet.affinity import (
-    HashRing,
-    affinity_key,
-    bounded_capacity,
-    prompt_block_hashes,
-)
+from burstguard.gateway.fleet.affinity import HashRing, affinity_key, bounded_capacity
 from burstguard.gateway.fleet.config import RouterConfig
 from burstguard.gateway.fleet.router import BackendView, Router, RouteRequest
+from burstguard.wire.prefix import block_hashes as prompt_block_hashes
 
 
 def _serve(

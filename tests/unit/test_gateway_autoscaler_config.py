@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from burstguard.autoscale import load_policy
-from burstguard.errors import UserError
+from burstguard.errors import BurstguardError
 from burstguard.gateway.config import GatewayConfig
 
 BACKENDS = [{"url": "http://127.0.0.1:1"}]
@@ -34,5 +34,5 @@ def test_a_preset_takes_the_overrides() -> None:
     [("nope", "no such preset"), ({"kind": "predictive", "bogus": 1}, "bogus")],
 )
 def test_a_bad_policy_is_refused_naming_it(policy: object, message: str) -> None:
-    with pytest.raises(UserError, match=message):
+    with pytest.raises(BurstguardError, match=message):
         GatewayConfig.from_dict({"backends": BACKENDS, "autoscaler": {"policy": policy}})

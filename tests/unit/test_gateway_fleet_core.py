@@ -4,6 +4,11 @@ otherwise ends in Abandon; a refused shared lease queues the request again."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from burstguard.errors import BurstguardError
 from burstguard.gateway.config import GatewayConfig
 from burstguard.gateway.core import GatewayCore
 from burstguard.gateway.events import (
@@ -18,6 +23,8 @@ from burstguard.gateway.events import (
     Scrape,
     Tick,
 )
+from burstguard.gateway.fleet.fleet import Fleet
+from burstguard.gateway.fleet.sources import parse_backend_file
 from burstguard.gateway.request import BackendState, GatewayRequest
 
 A, B = "http://a:1", "http://b:1"
@@ -137,3 +144,60 @@ def test_a_fleet_scaled_to_zero_is_not_an_outage() -> None:
     gw.fleet.set_backends((), 0.0)
     assert arrive(gw, 0, now=0.0) == []
     assert gw.handle(Tick(), 5.0) == [] and gw.stats.queue_depth["standard"] == 1
+
+
+def discovered(tmp_path: Path, **options: object) -> tuple[GatewayConfig, tuple[str, ...]]:
+    """A config whose backends come from a watched file only, with `options` for them;
+    the URLs file discovery reads from it."""
+    listing = tmp_path / "backends.txt"
+    listing.write_text(f"{A}\n{B}  # two engines\n")
+    cfg = GatewayConfig.from_dict({
+        "classes": [{"name": "interactive", "rank": 0},
+                    {"name": "batch", "rank": 1, "preemptible": True}],
+        "default_class": "interactive",
+        "admission": {"adapt": False, "min_in_flight": 1, "max_in_flight_per_backend": 1},
+        "fleet": {"discovery": {"file": {"path": str(listing)}, "options": options}},
+    })  # fmt: skip
+    return cfg, parse_backend_file(listing.read_text(), str(listing))
+
+
+def batch(i: int) -> GatewayRequest:
+    return GatewayRequest(f"b{i}", 0.0, 100, 50, "batch")
+
+
+def test_discovered_backends_take_discoverys_options_preempt_and_forward_priority(
+    tmp_path: Path,
+) -> None:
+    """Backends from file discovery resume and forward priority as their options say;
+    the core read both switches from a static entry, so with discovery both were off."""
+    cfg, urls = discovered(tmp_path, resume=True, forward_priority=True)
+    gw = GatewayCore(cfg, Fleet(cfg.fleet, urls))
+    out = [x for i in range(2) for x in gw.handle(Arrive(batch(i)), 0.0)]
+    released = sorted((e.backend, e.priority) for e in out if isinstance(e, Release))
+    assert released == [(A, 1), (B, 1)]
+    out = gw.handle(Arrive(GatewayRequest("i0", 0.1, 100, 50, "interactive")), 0.1)
+    assert [type(e).__name__ for e in out] == ["Preempt", "Release"]
+    assert isinstance(out[1], Release) and out[1].priority == 0
+    rid = out[1].req.id
+    out = gw.handle(BackendFailed(rid, "reset", started=True), 0.2)  # it may resume
+    assert [(type(e).__name__, e.req.id) for e in out][-1] == ("Release", rid)
+    cfg, urls = discovered(tmp_path)  # no options: the defaults, neither switch
+    gw = GatewayCore(cfg, Fleet(cfg.fleet, urls))
+    out = [x for i in range(2) for x in gw.handle(Arrive(batch(i)), 0.0)]
+    assert all(e.priority is None for e in out if isinstance(e, Release))
+    out = gw.handle(Arrive(GatewayRequest("i0", 0.1, 100, 50, "interactive")), 0.1)
+    assert out == []  # queued: nothing may be preempted
+
+
+def test_the_live_gateway_counts_prompts_with_discoverys_tokenizer(tmp_path: Path) -> None:
+    """The discovered backends' tokenizer counts prompts (a bad path is refused at start,
+    as for a static backend); the shell reads their other settings from the core."""
+    from burstguard.gateway.server import Gateway
+
+    cfg, urls = discovered(tmp_path, tokenizer=str(tmp_path / "missing.json"))
+    with pytest.raises(BurstguardError, match="cannot load a tokenizer"):
+        Gateway(cfg)
+    cfg, urls = discovered(tmp_path, resume=True, read_timeout_s=7.0)
+    gw = Gateway(cfg)
+    opts = gw.core.backend_options(urls[0])
+    assert opts.resume and opts.read_timeout_s == 7.0 and opts.url == urls[0]

@@ -7,38 +7,45 @@ import math
 from collections import Counter
 
 import pytest
+from tests.gateway_driver import queue, releases, unlisted
 
 from burstguard.gateway.admission import InFlightLimits, ServiceRate
 from burstguard.gateway.config import AdmissionConfig, GatewayConfig, PredictorConfig
 from burstguard.gateway.core import GatewayCore
-from burstguard.gateway.events import Finish, Release
+from burstguard.gateway.events import Finish, Release, Tick
 from burstguard.gateway.predictor import OutputPredictor
 from burstguard.gateway.request import BackendState, GatewayRequest
+
+BACKEND = "http://a:1"
 
 
 def one_at_a_time(fairness: str, order: str = "fcfs", n: int = 40) -> list[GatewayRequest]:
     """Tenant `heavy` queues 30 requests of 1000 tokens, then `light` 200 of 100; one slot;
     each finishes with its predicted output. The dispatch order of the first `n`."""
     config = GatewayConfig.from_dict({
+        "backends": [{"url": BACKEND}],
         "policy": {"fairness": fairness, "order": order, "drr_quantum_tokens": 500},
         "admission": {"max_in_flight": 1, "min_in_flight": 1, "adapt": False},
     })  # fmt: skip
     gw = GatewayCore(config)
     k = 0
+    reqs = []
     for tenant, prompt, count in (("heavy", 900, 30), ("light", 50, 200)):
         for _ in range(count):
-            gw.submit(GatewayRequest(f"r{k}", 0.0, prompt, 100 if tenant == "heavy" else 50,
-                                     "standard", tenant), 0.0)  # fmt: skip
+            reqs.append(GatewayRequest(f"r{k}", 0.0, prompt, 100 if tenant == "heavy" else 50,
+                                       "standard", tenant))  # fmt: skip
             k += 1
+    queue(gw, reqs, 0.0)
     out: list[GatewayRequest] = []
     now = 0.0
+    effects = gw.handle(Tick(), now)
     while len(out) < n:
-        released = [e.req for e in gw.dispatch(now) if isinstance(e, Release)]
+        released = releases(effects)
         assert len(released) == 1
         r = released[0]
         out.append(r)
         now += 0.01
-        gw.on_finish(r.id, now, r.max_tokens or 0)
+        effects = gw.handle(Finish(r.id, r.max_tokens or 0), now)  # releases the next
     return out
 
 
@@ -64,18 +71,20 @@ def test_fairness_gives_backlogged_tenants_equal_token_shares(fairness: str) -> 
 
 def test_spjf_serves_the_shortest_predicted_job_first_and_ages() -> None:
     config = GatewayConfig.from_dict({
+        "backends": [{"url": BACKEND}],
         "policy": {"order": "spjf", "spjf_aging_tokens_per_s": 100.0},
         "admission": {"max_in_flight": 1, "min_in_flight": 1, "adapt": False},
     })  # fmt: skip
     gw = GatewayCore(config)
     lengths = {"long-old": (0.0, 1000), "mid": (5.0, 400), "short": (5.0, 50), "long": (5.0, 1000)}
-    for rid, (t, out) in lengths.items():
-        gw.submit(GatewayRequest(rid, t, 10, out, "standard", "t"), 5.0)
+    queue(gw, [GatewayRequest(rid, t, 10, out, "standard", "t") for rid, (t, out) in
+               lengths.items()], 5.0)  # fmt: skip
     order = []
     for k in range(4):
-        (r,) = [e.req for e in gw.dispatch(6.0 + k) if isinstance(e, Release)]
+        (r,) = releases(gw.handle(Tick(), 6.0 + k))
         order.append(r.id)
-        gw.on_finish(r.id, 6.0 + k, r.max_tokens or 0)
+        with unlisted(gw, 6.0 + k):  # it ends; the next is picked at the next tick
+            gw.handle(Finish(r.id, r.max_tokens or 0), 6.0 + k)
     # long-old waited 5 s more: 500 tokens of aging put it before "long" but after "mid"
     assert order == ["short", "mid", "long-old", "long"]
 
@@ -134,6 +143,7 @@ def test_in_flight_caps_shrink_to_what_the_engine_runs_and_grow_when_calm() -> N
 
 def _core(fairness: str, slots: int, **limits: int) -> GatewayCore:
     return GatewayCore(GatewayConfig.from_dict({
+        "backends": [{"url": BACKEND}],
         "policy": {"fairness": fairness},
         "limits": limits,
         "admission": {"max_in_flight": slots, "min_in_flight": 1, "adapt": False,
@@ -142,10 +152,12 @@ def _core(fairness: str, slots: int, **limits: int) -> GatewayCore:
 
 
 def _serve(gw: GatewayCore, now: float) -> list[GatewayRequest]:
-    """Dispatches, then finishes everything released (with its predicted output)."""
-    released = [e.req for e in gw.dispatch(now) if isinstance(e, Release)]
-    for r in released:
-        gw.on_finish(r.id, now, r.max_tokens or 0)
+    """Releases what fits, then finishes everything released (with its predicted output)
+    before the next pick."""
+    released = releases(gw.handle(Tick(), now))
+    with unlisted(gw, now):
+        for r in released:
+            gw.handle(Finish(r.id, r.max_tokens or 0), now)
     return released
 
 
@@ -160,9 +172,11 @@ def test_tenant_state_stays_bounded_under_100k_distinct_tenants(fairness: str) -
     q = gw._queue.of("standard")
     for burst in range(50):
         now = float(burst)
+        burst = []
         for _ in range(2000):
-            gw.submit(GatewayRequest(f"r{k}", now, 10, 10, "standard", f"t{k}"), now)
+            burst.append(GatewayRequest(f"r{k}", now, 10, 10, "standard", f"t{k}"))
             k += 1
+        queue(gw, burst, now)
         most_queued = max(most_queued, len(list(q.tenants())))
         while gw.stats.queue_depth["standard"]:
             _serve(gw, now)
@@ -183,16 +197,20 @@ def test_vtc_shares_of_backlogged_tenants_hold_while_others_spray_tenant_ids() -
     `max_queued_tenants`, share one bucket instead of a share each."""
     gw = _core("vtc", 1, max_queued_tenants=4, max_idle_tenants=8)
     k = 0
+    reqs = []
     for tenant, prompt, out, n in (("heavy", 900, 100, 60), ("light", 50, 50, 400)):
         for _ in range(n):
-            gw.submit(GatewayRequest(f"r{k}", 0.0, prompt, out, "standard", tenant), 0.0)
+            reqs.append(GatewayRequest(f"r{k}", 0.0, prompt, out, "standard", tenant))
             k += 1
+    queue(gw, reqs, 0.0)
     served: list[GatewayRequest] = []
     for step in range(120):
         now = step * 0.01
+        spray = []
         for _ in range(3):
-            gw.submit(GatewayRequest(f"r{k}", now, 50, 50, "standard", f"spray{k}"), now)
+            spray.append(GatewayRequest(f"r{k}", now, 50, 50, "standard", f"spray{k}"))
             k += 1
+        queue(gw, spray, now)
         served += _serve(gw, now)
     got = served_tokens(served)
     sprayed = sum(v for t, v in got.items() if t.startswith("spray"))
@@ -251,9 +269,9 @@ def test_vtc_orders_a_tenant_served_through_other_replicas_behind_a_light_one() 
     from burstguard.gateway.events import FleetService
 
     gw = _core("vtc", 1)
-    for k in range(40):
-        tenant = ("heavy", "light")[k % 2]
-        gw.submit(GatewayRequest(f"r{k}", 0.0, 100, 100, "standard", tenant), 0.0)
+    tenants = [("heavy", "light")[k % 2] for k in range(40)]
+    queue(gw, [GatewayRequest(f"r{k}", 0.0, 100, 100, "standard", t) for k, t in
+               enumerate(tenants)], 0.0)  # fmt: skip
     assert sorted(gw.fairness_tenants()["standard"]) == []  # nothing picked yet
     order: list[str] = []
     for step in range(20):
@@ -262,7 +280,8 @@ def test_vtc_orders_a_tenant_served_through_other_replicas_behind_a_light_one() 
         for effect in gw.handle(FleetService(served), now):  # it releases what fits
             assert isinstance(effect, Release)
             order.append(effect.req.tenant or "")
-            gw.on_finish(effect.req.id, now, 100)
+            with unlisted(gw, now):  # the next is picked at the next sync
+                gw.handle(Finish(effect.req.id, 100), now)
         assert set(gw.fairness_tenants()["standard"]) == {"heavy", "light"}
     assert order.count("light") >= 16, order
     # and a tenant B does not track is not taken in: no state grows from others' tenants
@@ -281,14 +300,13 @@ def test_a_refused_lease_does_not_count_as_service() -> None:
         "policy": {"fairness": "vtc"},
         "admission": {"adapt": False, "min_in_flight": 1, "max_in_flight": 1},
     }))  # fmt: skip
-    for k in range(40):
-        gw.submit(
-            GatewayRequest(f"r{k}", 0.0, 100, 100, "standard", ("heavy", "light")[k % 2]), 0.0
-        )
+    tenants = [("heavy", "light")[k % 2] for k in range(40)]
+    queue(gw, [GatewayRequest(f"r{k}", 0.0, 100, 100, "standard", t) for k, t in
+               enumerate(tenants)], 0.0)  # fmt: skip
     refused: Counter[str] = Counter()
     order: list[str] = []
     now = 0.0
-    out = gw.dispatch(now)
+    out = gw.handle(Tick(), now)
     while len(order) < 20:
         (r,) = [e.req for e in out if isinstance(e, Release)]
         now += 0.1  # past the refused backend's hold (0.05 s)

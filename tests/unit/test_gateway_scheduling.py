@@ -12,7 +12,7 @@ from tests.conftest import REPO_ROOT
 
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.profile import Profile
-from burstguard.errors import UserError
+from burstguard.errors import BurstguardError
 from burstguard.gateway.config import GatewayConfig
 from burstguard.gateway.core import TICK_S, GatewayCore
 from burstguard.gateway.events import Arrive, Finish, FirstToken, Preempt, Release, Tick
@@ -100,7 +100,7 @@ def test_a_class_below_its_guaranteed_share_goes_first_and_keeps_it() -> None:
     assert kinds(out) == [("Release", "i4")]
     out = gw.handle(Arrive(req("i5", "interactive", 2.0)), 2.0)
     assert kinds(out) == []  # b0 is batch's guaranteed slot: not preempted
-    with pytest.raises(UserError, match="min_in_flight_fraction sums to 1"):
+    with pytest.raises(BurstguardError, match="min_in_flight_fraction sums to 1"):
         config(classes=[
             {"name": "interactive", "rank": 0, "min_in_flight_fraction": 0.5},
             {"name": "batch", "rank": 1, "min_in_flight_fraction": 0.5},

@@ -14,7 +14,7 @@ from burstguard.calibrate.kernels import GEMM_OPS, KernelTable, read_table, scal
 from burstguard.engine.kernel_model import LinearOps, knee, linear_ops
 from burstguard.engine.profile import Profile
 from burstguard.engine.specs import load_gpu, load_shape
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
 
 L3, A100 = load_shape("llama3-8b"), load_gpu("a100-sxm-80gb")
 
@@ -75,7 +75,7 @@ def test_derived_table_is_scaled_op_by_op() -> None:
 
 
 def test_table_for_another_model_is_refused() -> None:
-    with pytest.raises(UserError, match="another model"):
+    with pytest.raises(ConfigError, match="another model"):
         read_table("a100_meta-llama_Llama-2-7b-hf", 1).check_shape(L3)
 
 

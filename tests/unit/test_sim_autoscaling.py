@@ -16,7 +16,7 @@ from burstguard.autoscale import ScalingPolicy, load_policy
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.profile import Profile
 from burstguard.report.fleet_plot import fleet_figure
-from burstguard.sim.cli import fleet_gateway
+from burstguard.sim.defaults import fleet_gateway
 from burstguard.sim.gateway_loop import simulate_gateway
 from burstguard.workload.spec import RequestSpec, Workload
 

@@ -14,7 +14,7 @@ from burstguard.autoscale import load_policy
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.profile import Profile
 from burstguard.gateway.config import GatewayConfig
-from burstguard.sim.cli import fleet_gateway
+from burstguard.sim.defaults import fleet_gateway
 from burstguard.sim.gateway_loop import GatewaySimResult, simulate_gateway
 from burstguard.workload.synth import PatternSpec, synthesize
 

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
-from tests.conftest import SEED_ARTICLE
 
-from burstguard.emulator.tokens import count_chat_tokens, count_tokens, filler_text
-from burstguard.errors import UserError
+from burstguard.errors import BurstguardError
 from burstguard.tokenizer import ESTIMATED, load_tokenizer, prompt_counter
-
-
-def seed_prompt() -> str:
-    """The seed script's PROMPT (the article's own Chinese test prompt)."""
-    match = re.search(r"PROMPT (\S+)", SEED_ARTICLE.read_text(encoding="utf-8"))
-    assert match, f"no PROMPT in {SEED_ARTICLE}"
-    return match.group(1)
+from burstguard.wire.tokens import count_chat_tokens, count_tokens, filler_text
+from burstguard.workload import seed
 
 
 def test_estimate_counts_cjk_per_character_and_ascii_at_four() -> None:
@@ -33,7 +25,7 @@ def test_estimate_counts_cjk_per_character_and_ascii_at_four() -> None:
 def test_seed_prompt_within_10_percent_of_smollm2(reference_tokenizer: Path) -> None:
     """The seed's Chinese prompt: the estimate within 10 % of SmolLM2's real count (the old
     4-characters rule said 7 of its ~44), and `auto` picks the real tokenizer."""
-    prompt = seed_prompt()
+    prompt = seed.PROMPT
     real = load_tokenizer(reference_tokenizer).count(prompt)
     assert real > 20, real
     assert abs(count_tokens(prompt) - real) <= 0.10 * real, (count_tokens(prompt), real)
@@ -53,5 +45,5 @@ def test_a_bad_tokenizer_path_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "tokenizer.json"
     bad.write_text("{not json")
     for path in (bad, tmp_path / "missing.json"):
-        with pytest.raises(UserError, match=r"cannot load a tokenizer\.json"):
+        with pytest.raises(BurstguardError, match=r"cannot load a tokenizer\.json"):
             prompt_counter(str(path), None)

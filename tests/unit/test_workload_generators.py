@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from burstguard.errors import UserError
+from burstguard.errors import BurstguardError
 from burstguard.workload import arrivals
 from burstguard.workload.metrics import counts_per_window, hurst_aggregated_variance
 from burstguard.workload.synth import PATTERNS, PatternSpec, mean_rate, synthesize
@@ -86,9 +86,9 @@ def test_class_output_tokens_override_one_class_only() -> None:
 
 
 def test_class_output_tokens_refuses_unknown_class_and_missing_mix() -> None:
-    with pytest.raises(UserError, match="not in --classes"):
+    with pytest.raises(BurstguardError, match="not in --classes"):
         synthesize(PatternSpec(classes="a=1", class_output_tokens=(("b", "64"),)))
-    with pytest.raises(UserError, match="needs --classes"):
+    with pytest.raises(BurstguardError, match="needs --classes"):
         synthesize(PatternSpec(class_output_tokens=(("b", "64"),)))
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tests.conftest import AZURE_CODE, BURSTGUARD
 
-from burstguard.errors import UserError
+from burstguard.errors import BurstguardError
 from burstguard.workload.traces import load_workload
 from burstguard.workload.transform import merge, scale_rate, scale_tokens, slice_window
 
@@ -49,7 +49,7 @@ def test_token_scaling_keeps_arrivals_and_the_length_shape(traces_dir: object) -
     assert np.corrcoef(small.prompt_tokens, w.prompt_tokens)[0, 1] > 0.99
     assert small.output_tokens.sum() == pytest.approx(0.5 * w.output_tokens.sum(), rel=0.05)
     assert np.array_equal(w.prompt_tokens, load_workload(AZURE_CODE).prompt_tokens)  # a copy
-    with pytest.raises(UserError, match="> 0"):
+    with pytest.raises(BurstguardError, match="> 0"):
         scale_tokens(w, prompt=0.0)
 
 
@@ -58,9 +58,9 @@ def test_infinite_or_nan_speed_and_scales_are_refused(traces_dir: object) -> Non
     to garbage (negative int64) without a word."""
     w = load_workload(AZURE_CODE)
     for bad in (float("inf"), float("nan")):
-        with pytest.raises(UserError, match="finite number"):
+        with pytest.raises(BurstguardError, match="finite number"):
             scale_rate(w, bad)
-        with pytest.raises(UserError, match="finite numbers"):
+        with pytest.raises(BurstguardError, match="finite numbers"):
             scale_tokens(w, prompt=bad)
-        with pytest.raises(UserError, match="finite numbers"):
+        with pytest.raises(BurstguardError, match="finite numbers"):
             scale_tokens(w, output=bad)

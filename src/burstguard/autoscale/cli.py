@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from burstguard.autoscale.export import DEFAULT_PROMETHEUS
 from burstguard.errors import UserError, check_writable
 
 scaling_app = typer.Typer(
@@ -46,8 +47,14 @@ def export_cmd(
         str, typer.Option("--namespace", help="Kubernetes namespace.")
     ] = "default",
     prometheus: Annotated[
-        str, typer.Option("--prometheus", help="Prometheus URL as KEDA reaches it.")
-    ] = "http://prometheus-operated.monitoring.svc:9090",
+        str,
+        typer.Option(
+            "--prometheus",
+            help="Prometheus URL as KEDA reaches it (default: the Prometheus Operator's "
+            "service prometheus-operated in namespace monitoring, port 9090).",
+            show_default=False,
+        ),
+    ] = DEFAULT_PROMETHEUS,
     min_replicas: Annotated[
         int | None, typer.Option("--min-replicas", help="Override the policy's minimum.")
     ] = None,
@@ -140,7 +147,7 @@ def fleet_cmd(
     from burstguard.autoscale.config import load_policy
     from burstguard.autoscale.local_fleet import LocalFleet
     from burstguard.clock import check_start_at, monotonic_at
-    from burstguard.gateway.fleet.config import normalize_backend_url
+    from burstguard.wire.urls import normalize_backend_url
 
     scaling = load_policy(policy).with_overrides(
         min_replicas=min_replicas, max_replicas=max_replicas, cold_start_s=cold_start_s

@@ -3,7 +3,7 @@
 One YAML file (or a built-in preset name: `keda-queue`, `keda-rate`, `kpa`, `predictive`)
 gives the same decisions in `burstguard sim`, in the live gateway and in the exported
 Kubernetes manifest. The fields are the cores' own parameter dataclasses, validated here;
-errors name the field (`keda.query: rate() is for counters only...`) as a UserError.
+errors name the field (`keda.query: rate() is for counters only...`) as a ConfigError.
 Every preset and field is documented in docs/autoscaling.md.
 """
 
@@ -24,8 +24,7 @@ from burstguard.autoscale.keda import KedaAutoscaler, KedaParams
 from burstguard.autoscale.kpa import KpaAutoscaler, KpaParams
 from burstguard.autoscale.policy import Autoscaler
 from burstguard.autoscale.predictive import PredictiveAutoscaler, PredictiveParams
-from burstguard.errors import UserError
-from burstguard.gateway.config import _describe  # one wording for config errors
+from burstguard.errors import ConfigError, describe_validation_error
 
 __all__ = ["PRESETS", "ScalingPolicy", "load_policy"]
 
@@ -125,11 +124,11 @@ class ScalingPolicy(BaseModel):
         try:
             params = dataclasses.replace(self.params, **changes)  # type: ignore[arg-type]
         except ValueError as exc:
-            raise UserError(f"{self.kind}: {exc}") from None
+            raise ConfigError(f"{self.kind}: {exc}") from None
         update: dict[str, object] = {self.kind: params}
         if cold_start_s is not None:
             if not 0 <= cold_start_s < math.inf:  # nan and inf too
-                raise UserError(f"--cold-start-s must be finite and >= 0 (got {cold_start_s:g})")
+                raise ConfigError(f"--cold-start-s must be finite and >= 0 (got {cold_start_s:g})")
             update["cold_start"] = float(cold_start_s)
         return self.model_copy(update=update)
 
@@ -191,11 +190,11 @@ class ScalingPolicy(BaseModel):
     @classmethod
     def from_dict(cls, data: object, source: str) -> ScalingPolicy:
         if not isinstance(data, dict):
-            raise UserError(f"{source}: a scaling policy must be a mapping of fields")
+            raise ConfigError(f"{source}: a scaling policy must be a mapping of fields")
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise UserError(f"{source}: {_describe(exc)}") from None
+            raise ConfigError(f"{source}: {describe_validation_error(exc)}") from None
 
 
 def load_policy(name_or_path: str | Path) -> ScalingPolicy:
@@ -203,14 +202,14 @@ def load_policy(name_or_path: str | Path) -> ScalingPolicy:
     path = Path(name_or_path)
     if not path.exists():
         if str(name_or_path) not in PRESETS:
-            raise UserError(
+            raise ConfigError(
                 f"{name_or_path}: no such file and no such preset (presets: {', '.join(PRESETS)})"
             )
         path = PRESETS_DIR / f"{name_or_path}.yaml"
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise UserError(f"{path}: cannot read the scaling policy ({exc.strerror})") from None
+        raise ConfigError(f"{path}: cannot read the scaling policy ({exc.strerror})") from None
     except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     return ScalingPolicy.from_dict(data, str(path))

@@ -21,8 +21,8 @@ from burstguard.autoscale.hpa import Behavior, HpaScalingPolicy, ScalingRules
 from burstguard.autoscale.keda import KedaParams
 from burstguard.autoscale.kpa import KpaParams
 from burstguard.autoscale.predictive import PredictiveParams
-from burstguard.errors import UserError
-from burstguard.gateway.fleet.config import normalize_backend_url
+from burstguard.errors import ConfigError
+from burstguard.wire.urls import normalize_backend_url
 
 __all__ = ["DESIRED_REPLICAS_METRIC", "ExportTarget", "render"]
 
@@ -37,24 +37,27 @@ _OBEY = Behavior(
 
 # a DNS-1123 label: what Kubernetes takes as a namespace and as a Knative Service's name
 # (the stricter of the names these manifests carry)
+DEFAULT_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
+"""The Prometheus Operator's service in namespace monitoring, as KEDA reaches it."""
+
 _K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class ExportTarget:
     """Where the manifests point: the workload to scale and the Prometheus to ask. Names
-    and the URL are checked here (UserError naming the flag), so nothing is written that
+    and the URL are checked here (ConfigError naming the flag), so nothing is written that
     `kubectl apply` would refuse."""
 
     def __init__(
         self,
         name: str = "burstguard-engine",
         namespace: str = "default",
-        prometheus: str = "http://prometheus-operated.monitoring.svc:9090",
+        prometheus: str = DEFAULT_PROMETHEUS,
         kind: str = "Deployment",
     ) -> None:
         for flag, value in (("--name", name), ("--namespace", namespace)):
             if not _K8S_NAME.fullmatch(value):
-                raise UserError(
+                raise ConfigError(
                     f"{flag} {value!r}: a Kubernetes name is 1-63 lower-case letters, digits "
                     "and '-', starting and ending with a letter or digit"
                 )

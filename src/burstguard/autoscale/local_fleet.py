@@ -44,8 +44,8 @@ from burstguard.autoscale.fleet import (
 )
 from burstguard.autoscale.live import LiveScaler, aligned
 from burstguard.autoscale.signals import SIGNAL_NAMES
-from burstguard.bench.preflight import served_models
-from burstguard.errors import UserError
+from burstguard.errors import BurstguardError
+from burstguard.http.preflight import served_models
 from burstguard.procs import ManagedProcess, free_port
 from burstguard.scrape import metric_sum, parse_metrics
 
@@ -56,6 +56,10 @@ log = logging.getLogger("burstguard.fleet")
 SCRAPE_TIMEOUT_S = 2.0  # wall seconds
 DRAIN_POLL_S = 0.1  # wall seconds between scrapes of a draining replica
 DRAIN_GRACE_S = 1.5  # wall seconds for the gateway to re-read the file (its own wall timer)
+GATEWAY_START_S = 30.0
+"""Wall seconds a gateway may take to answer first: it starts after its fleet, whose
+backend file it reads, so silence before then is no outage (a run that ends without it
+ever answering says so)."""
 
 
 def write_backend_file(path: Path, urls: Sequence[str]) -> None:
@@ -110,6 +114,9 @@ class LocalFleet:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._signals: dict[str, float] = dict.fromkeys(SIGNAL_NAMES, 0.0)
         self._gateway_unreachable = False
+        self._gateway_seen = False  # it has answered once: later failures are outages
+        self._gateway_error = ""  # why it has not answered yet
+        self._started = time.monotonic()
         self._session: aiohttp.ClientSession | None = None
         self._stopping: set[asyncio.Future[None]] = set()
         self._stop = asyncio.Event()
@@ -153,6 +160,11 @@ class LocalFleet:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+            if not self._gateway_seen and not self._gateway_unreachable:
+                log.warning(
+                    "gateway %s/metrics unreachable for the whole run (%s): the policy saw "
+                    "no load", self.gateway_url, self._gateway_error,
+                )  # fmt: skip
             return self.controller.report(self.now())
         finally:
             # a spare's start runs in a thread: let it end, then stop its process too
@@ -173,9 +185,13 @@ class LocalFleet:
             for name in SIGNAL_NAMES:
                 self._signals[name] = metric_sum(samples, name) or 0.0
             self._gateway_unreachable = False
+            self._gateway_seen = True
         except (TimeoutError, aiohttp.ClientError) as exc:
+            why = str(exc) or type(exc).__name__
+            if not self._gateway_seen and time.monotonic() - self._started < GATEWAY_START_S:
+                self._gateway_error = why  # a gateway starting after its fleet: not yet
+                return
             if not self._gateway_unreachable:  # once per outage, not every scrape
-                why = str(exc) or type(exc).__name__
                 log.warning("gateway %s/metrics unreachable (%s): the policy sees its "
                             "last signals", self.gateway_url, why)  # fmt: skip
             self._gateway_unreachable = True
@@ -271,7 +287,7 @@ class LocalFleet:
                 timeout=aiohttp.ClientTimeout(total=timeout_s),
             ) as resp:  # fmt: skip
                 await resp.read()
-        except (UserError, IndexError, TimeoutError, aiohttp.ClientError) as exc:
+        except (BurstguardError, IndexError, TimeoutError, aiohttp.ClientError) as exc:
             log.warning("warm-up of %s failed (%s): it serves cold", url, exc)
 
     def _new_process(self) -> tuple[ManagedProcess, str]:

@@ -6,9 +6,23 @@ figures: each metric summed over its label sets, counters as running totals.
 
 from __future__ import annotations
 
-from burstguard.gateway.core import GatewayStats
+from collections.abc import Mapping
+from typing import Protocol
 
-__all__ = ["SIGNAL_NAMES", "gateway_signals"]
+__all__ = ["SIGNAL_NAMES", "GatewayFigures", "gateway_signals"]
+
+
+class GatewayFigures(Protocol):
+    """What the signals are read from: the gateway core's `GatewayStats` (a protocol, so
+    that the gateway imports the autoscaler and not the other way round)."""
+
+    @property
+    def queue_depth(self) -> Mapping[str, int]: ...
+    @property
+    def in_flight_requests(self) -> int: ...
+    @property
+    def outcomes(self) -> Mapping[str, Mapping[str, int]]: ...
+
 
 SIGNAL_NAMES = (
     "llm_request_queue_depth",
@@ -18,7 +32,7 @@ SIGNAL_NAMES = (
 )
 
 
-def gateway_signals(stats: GatewayStats, arrivals: int) -> dict[str, float]:
+def gateway_signals(stats: GatewayFigures, arrivals: int) -> dict[str, float]:
     """What /metrics shows now: queue (all classes), in flight, arrivals and outcomes."""
     return {
         "llm_request_queue_depth": float(sum(stats.queue_depth.values())),

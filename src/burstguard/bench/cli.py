@@ -11,12 +11,12 @@ import typer
 
 from burstguard.errors import UserError
 from burstguard.workload.options import pattern_options
+from burstguard.workload.scenario import SCENARIOS
 from burstguard.workload.synth import PatternSpec
 
 if TYPE_CHECKING:
     from burstguard.bench.compare import Verdict
 
-SCENARIOS = ("steady-vs-burst",)
 _LOAD, _CLIENT, _OUT = "Load", "Client behaviour", "Output"
 
 
@@ -134,6 +134,15 @@ def bench(
             panel=_CLIENT,
         ),
     ] = None,
+    shard: Annotated[
+        str | None,
+        _opt(
+            "--shard",
+            help="K/N: send shard K (0-based) of N of the one schedule, from N machines "
+            "with one --start-at; report and compare merge a directory of shard runs",
+            panel=_CLIENT,
+        ),
+    ] = None,
 ) -> None:
     """Send bursty or steady load and measure TTFT/TPOT/ITL/E2E per request.
 
@@ -141,11 +150,11 @@ def bench(
     --scenario steady-vs-burst (steady: --concurrency users, default 32, or Poisson at
     --rate; burst: the seed's pattern at the steady leg's measured rate).
     """
-    from burstguard.bench.preflight import check_target
     from burstguard.bench.runner import BenchConfig
     from burstguard.bench.summary import Slo
     from burstguard.client.retry import RETRY_MODES, RetryPolicy
     from burstguard.clock import check_start_at
+    from burstguard.http.preflight import check_target
 
     if api not in ("chat", "completions"):
         raise UserError(f"--api {api!r}: use chat or completions")
@@ -161,6 +170,12 @@ def bench(
         raise UserError("--burst-cycle runs in one process (each burst waits for the whole "
                         "previous one): drop --workers")  # fmt: skip
     check_start_at(start_at)
+    machine_shard = parse_shard(shard)
+    if machine_shard[1] > 1 and (start_at is None or burst_cycle or scenario is not None):
+        raise UserError(
+            "--shard: the N machines need one time zero (--start-at T), and it splits one "
+            "open or closed loop (not --burst-cycle or --scenario)"
+        )
     if (ramp_up or 0.0) < 0 or think_time < 0:
         raise UserError("--ramp-up and --think-time must be >= 0")
     chosen = sum(x is not None for x in (pattern_spec, workload_file, concurrency))
@@ -184,7 +199,7 @@ def bench(
     _check_out(out, force)
     base, served = check_target(target, model)
     if scrape_metrics is None:
-        from burstguard.bench.preflight import serves_metrics
+        from burstguard.http.preflight import serves_metrics
 
         scrape_metrics = scenario is not None and metrics_url is None and serves_metrics(base)
     prompts = None
@@ -201,7 +216,7 @@ def bench(
         duration_s=None if workload_file else shape_spec.duration_s,  # a trace runs to its end
         scrape_url=metrics_url or (f"{base}/metrics" if scrape_metrics else None),
         slo=slo_target, seed=shape_spec.seed, cycle=_cycle(shape_spec) if burst_cycle else None,
-        workers=workers, start_at=start_at,
+        workers=workers, start_at=start_at, shard=machine_shard,
     )  # fmt: skip
     if scenario == "steady-vs-burst":
         from burstguard.report.cli import exit_on
@@ -229,6 +244,19 @@ def bench(
     if summary["interrupted"]:
         print("interrupted: the summary covers the requests that were sent")
         raise typer.Exit(code=130)
+
+
+def parse_shard(text: str | None) -> tuple[int, int]:
+    """`K/N` -> (K, N), 0 <= K < N <= 1024; None -> (0, 1), the whole schedule."""
+    if text is None:
+        return 0, 1
+    k, sep, n = text.partition("/")
+    if not (sep and k.strip().isdigit() and n.strip().isdigit()):
+        raise UserError(f"--shard {text!r}: expected K/N, e.g. 0/4")
+    shard = int(k), int(n)
+    if not 0 <= shard[0] < shard[1] <= 1024:
+        raise UserError(f"--shard {text!r}: K must be 0..N-1 and N at most 1024")
+    return shard
 
 
 def _check_out(out: Path, force: bool) -> None:
@@ -278,8 +306,8 @@ def _cycle(shape_spec: PatternSpec) -> Any:
 
 
 def _one_leg(config: Any, workload: Any, quiet: bool) -> dict[str, Any]:
+    from burstguard.bench.leg import run_bench
     from burstguard.bench.progress import make_reporter
-    from burstguard.bench.runner import run_bench
 
     return run_bench(config, workload, make_reporter(config.label, quiet))
 
@@ -295,25 +323,20 @@ def _steady_vs_burst(
     from burstguard.bench.compare import Thresholds
     from burstguard.report.cli import run_compare
     from burstguard.report.table import print_verdict
-    from burstguard.workload.synth import synthesize
+    from burstguard.workload.scenario import burst_leg, matched_rate, steady_leg
 
     out = config.out_dir
     rate = pattern_spec.rate if pattern_spec is not None else None
-    steady_cfg = dataclasses.replace(config, out_dir=out / "steady", label="steady")
-    if rate is None:
-        steady_cfg.concurrency = config.concurrency or 32
-        steady_wl = _workload(None, shape_spec)
-    else:
-        steady_cfg.concurrency = None
-        steady_wl = synthesize(dataclasses.replace(shape_spec, pattern="poisson", rate=rate))
-    steady = _one_leg(steady_cfg, steady_wl, quiet)
+    leg = steady_leg(shape_spec, rate, config.concurrency)
+    steady_cfg = dataclasses.replace(config, out_dir=out / "steady", label="steady",
+                                     concurrency=leg.users)  # fmt: skip
+    steady = _one_leg(steady_cfg, leg.workload, quiet)
     if steady["interrupted"]:
         print(f"interrupted during the steady leg; its results are in {out / 'steady'}")
         raise typer.Exit(code=130)
-    matched = steady["requests"] / steady["duration_s"]
-    burst_spec = dataclasses.replace(shape_spec, pattern="burst", rate=matched)
+    matched = matched_rate(steady)
     burst_cfg = dataclasses.replace(config, out_dir=out / "burst", label="burst", concurrency=None)
-    _one_leg(burst_cfg, synthesize(burst_spec), quiet)
+    _one_leg(burst_cfg, burst_leg(shape_spec, matched), quiet)
     verdict, legs = run_compare(out / "steady", out / "burst", Thresholds())
     title = f"steady vs seed bursts at {matched:.2f} req/s"
     print_verdict(verdict, title=title)

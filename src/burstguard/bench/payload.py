@@ -1,10 +1,13 @@
 """Request bodies for a workload: deterministic prompts of the requested token length.
 
-Prompts are burstguard's filler text (`emulator.tokens`: 4 characters per token), so the
-emulator counts exactly the requested prompt tokens; each prompt starts with its request id
-so a real engine's prefix cache cannot serve one request from another's blocks. A prompt
-file replaces the filler (its lines or JSONL `prompt` fields, used in turn).
-Labels travel as headers the gateway reads (`x-burstguard-class`, `x-burstguard-tenant`)
+Prompts are `workload.prompts`: a request's prefix blocks as shared text, its request id,
+then filler (4 characters per token), so the emulator counts exactly the requested prompt
+tokens and an engine's prefix cache serves exactly the blocks requests share in the
+workload. A prompt file replaces them (its lines or JSONL `prompt` fields, used in turn).
+Labels travel as headers the gateway reads (`x-burstguard-class`, `x-burstguard-tenant`),
+the tenant also as the fairness id and the run's SLO as the objectives that Endpoint
+Pickers read (`wire.headers`: `x-llm-d-inference-fairness-id`, `x-slo-ttft-ms`,
+`x-slo-tpot-ms`),
 and, with `send_priority`, as vLLM's `priority` field (interactive 0, standard 1, batch 2) —
 off by default because vLLM rejects a non-zero priority unless it runs
 `--scheduling-policy priority`.
@@ -17,18 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from burstguard.emulator.tokens import (
-    CHARS_PER_TOKEN,
-    CHAT_REPLY_TOKENS,
-    CHAT_TOKENS_PER_MESSAGE,
-    filler_text,
-)
-from burstguard.errors import UserError
+from burstguard.errors import FileError
+from burstguard.wire import headers as wire_headers
+from burstguard.wire.prefix import BLOCK_TOKENS
+from burstguard.workload.prompts import PromptRenderer, chat_content_tokens
 from burstguard.workload.spec import RequestSpec, priority_of
 
 Api = Literal["chat", "completions"]
-CLASS_HEADER = "x-burstguard-class"
-TENANT_HEADER = "x-burstguard-tenant"
+CLASS_HEADER = wire_headers.CLASS
+TENANT_HEADER = wire_headers.TENANT
 API_PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
 
@@ -37,24 +37,24 @@ def load_prompt_file(path: Path) -> list[str]:
     try:
         lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
     except OSError as exc:
-        raise UserError(f"--prompt-file {path}: {exc.strerror or exc}") from None
+        raise FileError(f"--prompt-file {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
-        raise UserError(f"--prompt-file {path}: not UTF-8 text") from None
+        raise FileError(f"--prompt-file {path}: not UTF-8 text") from None
     prompts: list[str] = []
     for lineno, line in enumerate(lines, 1):
         if line.lstrip().startswith("{"):
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{lineno}: bad JSON: {exc.msg}") from None
+                raise FileError(f"{path}:{lineno}: bad JSON: {exc.msg}") from None
             text = obj.get("prompt", obj.get("text")) if isinstance(obj, dict) else None
             if not isinstance(text, str):
-                raise UserError(f"{path}:{lineno}: expected a string `prompt` field")
+                raise FileError(f"{path}:{lineno}: expected a string `prompt` field")
             prompts.append(text)
         else:
             prompts.append(line)
     if not prompts:
-        raise UserError(f"--prompt-file {path}: no prompts in it")
+        raise FileError(f"--prompt-file {path}: no prompts in it")
     return prompts
 
 
@@ -68,23 +68,21 @@ class PayloadBuilder:
     ignore_eos: bool = True
     send_priority: bool = False
     prompts: list[str] | None = None
-    _filler: str = ""
+    prefix_block_tokens: int = BLOCK_TOKENS
+    slo_ms: tuple[float, float] | None = None  # (TTFT, TPOT) sent as x-slo-*-ms headers
+    _renderer: PromptRenderer | None = None
 
     def _text(self, spec: RequestSpec, index: int, tokens: int) -> str:
         if self.prompts:
             return self.prompts[index % len(self.prompts)]
-        tag = f"[{spec.id}]"
-        tag += " " * (-len(tag) % CHARS_PER_TOKEN)
-        n_chars = max(0, tokens * CHARS_PER_TOKEN - len(tag))
-        if len(self._filler) < n_chars:
-            self._filler = filler_text(max(n_chars // CHARS_PER_TOKEN * 2, 4096))
-        return tag + self._filler[:n_chars]
+        if self._renderer is None:
+            self._renderer = PromptRenderer(self.prefix_block_tokens)
+        return self._renderer.text(spec, tokens)
 
     def body(self, spec: RequestSpec, index: int) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "max_tokens": max(1, spec.max_tokens)}
         if self.api == "chat":
-            overhead = CHAT_TOKENS_PER_MESSAGE + CHAT_REPLY_TOKENS
-            text = self._text(spec, index, max(1, spec.prompt_tokens - overhead))
+            text = self._text(spec, index, chat_content_tokens(spec.prompt_tokens))
             body["messages"] = [{"role": "user", "content": text}]
         else:
             body["prompt"] = self._text(spec, index, max(1, spec.prompt_tokens))
@@ -102,6 +100,9 @@ class PayloadBuilder:
         if spec.priority_class is not None:
             headers[CLASS_HEADER] = str(spec.priority_class)
         if spec.tenant is not None:
-            headers[TENANT_HEADER] = str(spec.tenant)
+            headers[TENANT_HEADER] = headers[wire_headers.FAIRNESS_ID] = str(spec.tenant)
+        if self.slo_ms is not None:
+            headers[wire_headers.SLO_TTFT_MS] = f"{self.slo_ms[0]:g}"
+            headers[wire_headers.SLO_TPOT_MS] = f"{self.slo_ms[1]:g}"
         data = json.dumps(self.body(spec, index), separators=(",", ":")).encode()
         return API_PATHS[self.api], data, headers

@@ -37,6 +37,7 @@ class RequestRecord:
     tenant: str | None = None
     retries: int = 0
     retry_after_s: float | None = None
+    error_code: str | None = None  # the last answer's OpenAI error `code` (quota_exceeded, ...)
     attempts: list[dict[str, Any]] = field(default_factory=list)
 
     @property

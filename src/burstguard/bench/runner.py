@@ -31,11 +31,12 @@ from typing import Any
 from burstguard.bench import stream
 from burstguard.bench.payload import Api, PayloadBuilder
 from burstguard.bench.records import RecordWriter, RequestRecord
-from burstguard.bench.summary import Slo, summarize, write_summary
+from burstguard.bench.summary import Slo
 from burstguard.client.retry import RetryBudget, RetryPolicy, retry_headers
 from burstguard.clock import schedule_origin
-from burstguard.gateway.upstream import UpstreamPool
+from burstguard.http.client import UpstreamPool
 from burstguard.scrape import MetricsPoller
+from burstguard.wire.outcomes import Outcome
 from burstguard.workload.cycle import BurstCycle, CycleSpec
 from burstguard.workload.spec import RequestSpec, Workload
 
@@ -75,6 +76,9 @@ class BenchConfig:
     """Processes sending the one schedule, split by request index (bench/workers.py)."""
     start_at: float | None = None
     """Unix time of the schedule's zero (None: as soon as the client is ready)."""
+    shard: tuple[int, int] = (0, 1)
+    """(K, N): this machine sends requests K, K + N, ... of the schedule (closed loop:
+    users); its workers split that share again."""
 
 
 def _us(seconds: float) -> float:
@@ -193,11 +197,11 @@ class _Run:
                 self.live.retries += 1
                 await asyncio.sleep(decision.delay_s)
         except asyncio.CancelledError:
-            record.error = "cancelled"
+            record.error = Outcome.CANCELLED
             raise
         finally:
             if record.sent_s is None and first is None and record.error is None:
-                record.error = "cancelled"
+                record.error = Outcome.CANCELLED
             self._finish(record)
 
     def _fill(self, record: RequestRecord, attempt: stream.Attempt, first: float) -> None:
@@ -205,6 +209,7 @@ class _Run:
         offset = attempt.started - first
         record.status = attempt.status
         record.error = attempt.error
+        record.error_code = attempt.error_code
         record.ttft_s = None if attempt.ttft_s is None else _us((offset + attempt.ttft_s) * k)
         record.e2e_s = None if attempt.e2e_s is None else _us((offset + attempt.e2e_s) * k)
         record.itl_s = [round(x * k, 6) for x in attempt.itl_s]
@@ -336,6 +341,8 @@ async def _run(
     """One process's leg. `start_gate`, for a worker: awaited once connected, it returns
     the origin all workers share."""
     run = _Run(config, writer, reporter, shard)
+    run.payload.prefix_block_tokens = workload.prefix_block_tokens
+    run.payload.slo_ms = (config.slo.ttft_s * 1000, config.slo.tpot_s * 1000)
     cycle = BurstCycle(config.cycle) if config.cycle is not None else None
     run.cycle = cycle
     loop = asyncio.get_running_loop()
@@ -387,65 +394,3 @@ def new_loop() -> asyncio.AbstractEventLoop:
     except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
-
-
-def run_bench(
-    config: BenchConfig, workload: Workload, reporter: Reporter | None = None
-) -> dict[str, Any]:
-    """Runs one leg; writes DIR/records.jsonl (as it goes) and DIR/summary.json."""
-    config.out_dir.mkdir(parents=True, exist_ok=True)
-    records_path = config.out_dir / "records.jsonl"
-    records_path.unlink(missing_ok=True)
-    cycle_log = None
-    if config.workers > 1:
-        from burstguard.bench.workers import run_workers
-
-        records, poller, interrupted = run_workers(config, workload, reporter)
-    else:
-        with RecordWriter(records_path) as writer, asyncio.Runner(loop_factory=new_loop) as r:
-            run, poller, interrupted = r.run(_run(config, workload, writer, reporter))
-        records = run.records
-        cycle_log = run.cycle.log if run.cycle is not None else None
-    return summarize_leg(config, workload, records, poller, interrupted, cycle_log)
-
-
-def summarize_leg(
-    config: BenchConfig,
-    workload: Workload,
-    records: list[RequestRecord],
-    poller: MetricsPoller | None,
-    interrupted: bool,
-    cycle_log: Any = None,
-) -> dict[str, Any]:
-    """The leg's summary (written to DIR/summary.json) from its records; `cycle_log`:
-    the burst cycle's bursts, in cycle mode."""
-    if config.concurrency or config.cycle:
-        duration = config.duration_s or 60.0
-    else:
-        duration = config.duration_s or (float(workload.arrival_s[-1]) if len(workload) else 0.0)
-    extra: dict[str, Any] = {
-        "label": config.label,
-        "target": config.target,
-        "model": config.model,
-        "api": config.api,
-        "stream": config.stream,
-        "mode": "cycle" if config.cycle else "closed" if config.concurrency else "open",
-        "concurrency": config.concurrency,
-        "speedup": config.speedup,
-        "workers": config.workers,
-        "retry": dataclasses.asdict(config.retry),
-        "attempts": len(records) + sum(r.retries for r in records),
-        "interrupted": interrupted,
-        "workload": {"source": workload.source, **{k: v for k, v in workload.meta.items()}},
-    }
-    if cycle_log is not None:
-        extra["cycle"] = cycle_log
-    if poller is not None:
-        series = poller.series()
-        series["t"] = [t * config.speedup for t in series["t"]]
-        extra["server_series"] = series
-        extra["scrape_errors"] = poller.errors
-    summary = summarize(records, duration_s=duration, slo=config.slo, source="bench", extra=extra)
-    summary["attempt_rate_rps"] = summary["attempts"] / max(duration, 1e-9)
-    write_summary(config.out_dir / "summary.json", summary)
-    return summary

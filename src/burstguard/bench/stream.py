@@ -5,12 +5,12 @@ count); ITLs are the gaps between later content chunks; usage comes from the ser
 sends it (`stream_options.include_usage`), else the content chunks are counted. Failures are
 classified into the record's error kinds instead of raised.
 
-The HTTP client is the gateway's (`gateway.upstream.UpstreamPool`: keep-alive connections,
-httptools parsing): each socket read's body bytes are parsed for SSE events in the same
-call that read them, with no stream reader and no task wake-up per token. In an A/B run
-against the aiohttp client (same emulator, same load, 150 req/s of 16-token streams) that
-took the CPU per request from 0.77-1.03 ms to 0.56-0.66 ms on a busy 2-core machine; CPU
-per request is what bounds the open-loop rate one process sustains (docs/bench.md).
+The HTTP client is the gateway's (`burstguard.http.client.UpstreamPool`: keep-alive
+connections, httptools parsing): each socket read's body bytes are parsed for SSE events in
+the same call that read them, with no stream reader and no task wake-up per token: CPU per
+request is what bounds the open-loop rate one process sustains, and this path costs less of
+it than a general-purpose client (the A/B against aiohttp: docs/bench.md, "The client's own
+limits").
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from burstguard.client.retry import parse_retry_after
-from burstguard.gateway.upstream import (
+from burstguard.http.client import (
     Broken,
     Unreachable,
     UpstreamError,
@@ -49,6 +49,7 @@ class Attempt:
     completion_tokens: int | None = None
     retry_after_s: float | None = None
     detail: str | None = None
+    error_code: str | None = None  # an error answer's OpenAI `error.code`
 
     @property
     def ok(self) -> bool:
@@ -157,6 +158,17 @@ def _error_kind(exc: BaseException) -> str:
     return "stream_broken" if isinstance(exc, Broken | ValueError) else "connection_error"
 
 
+def error_code(body: bytes) -> str | None:
+    """`error.code` of an OpenAI-shaped error body (None for any other body)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    err = data.get("error") if isinstance(data, dict) else None
+    code = err.get("code") if isinstance(err, dict) else None
+    return code if isinstance(code, str) else None
+
+
 async def send(
     client: UpstreamPool,
     path: str,
@@ -178,6 +190,7 @@ async def send(
                 attempt.retry_after_s = parse_retry_after(call.retry_after)
                 body = await call.read()
                 attempt.detail = body[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")
+                attempt.error_code = error_code(body)
                 attempt.e2e_s = time.monotonic() - attempt.started
                 return attempt
             if stream:

@@ -117,6 +117,28 @@ def per_second_series(records: Sequence[RequestRecord], duration_s: float) -> di
     }
 
 
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+
+
+def prefix_cache_block(queried_tokens: int, hit_tokens: int) -> dict[str, Any]:
+    """The summary's `prefix_cache`: prompt tokens looked up in the engines' prefix caches,
+    those found there, and their ratio (None when nothing was looked up)."""
+    rate = hit_tokens / queried_tokens if queried_tokens else None
+    return {"queried_tokens": queried_tokens, "hit_tokens": hit_tokens, "hit_rate": rate}
+
+
+def prefix_cache_from_series(series: dict[str, Any]) -> dict[str, Any] | None:
+    """`prefix_cache` from a scraped engine's own counters (vLLM's prefix_cache_queries and
+    _hits, the emulator's alike) over the run: last minus first scrape; None where the
+    target exports no such counters (a gateway, an engine without prefix caching)."""
+    queries = [v for v in series.get(PREFIX_QUERIES, ()) if v is not None]
+    hits = [v for v in series.get(PREFIX_HITS, ()) if v is not None]
+    if not queries or not hits:
+        return None
+    return prefix_cache_block(int(queries[-1] - queries[0]), int(hits[-1] - hits[0]))
+
+
 def summarize(
     records: Sequence[RequestRecord],
     *,
@@ -178,6 +200,39 @@ def summarize(
     if extra:
         summary.update(extra)
     return summary
+
+
+def merge_shards(
+    shards: Sequence[tuple[dict[str, Any], Sequence[RequestRecord]]],
+) -> tuple[dict[str, Any], list[RequestRecord]]:
+    """The runs of `bench --shard K/N` (all N of one schedule, each its summary and records)
+    as the one run a single client would have written: records in schedule order, every
+    figure computed again over all of them; the rest (target, series) from shard 0.
+    Raises ValueError naming the shards missing or repeated."""
+    if not shards:
+        raise ValueError("no shard runs to merge")
+    by_k: dict[int, tuple[dict[str, Any], Sequence[RequestRecord]]] = {}
+    n = None
+    for summary, records in shards:
+        k, of = summary.get("shard", (0, 1))
+        if n is not None and of != n:
+            raise ValueError(f"shards of different splits: /{n} and /{of}")
+        if k in by_k:
+            raise ValueError(f"shard {k}/{of} appears twice")
+        n, by_k[k] = of, (summary, records)
+    assert n is not None
+    missing = sorted(set(range(n)) - set(by_k))
+    if missing:
+        raise ValueError(f"shards {', '.join(f'{k}/{n}' for k in missing)} are missing")
+    first = by_k[0][0]
+    merged = sorted((r for _, rs in by_k.values() for r in rs), key=lambda r: r.scheduled_s)
+    slo = Slo(**first["slo"]) if isinstance(first.get("slo"), dict) else Slo()
+    fresh = summarize(merged, duration_s=first["duration_s"], slo=slo, source=first["source"])
+    attempts = sum(int(s.get("attempts", len(rs))) for s, rs in by_k.values())
+    out = {**{k: v for k, v in first.items() if k not in fresh}, **fresh}
+    out.update(shard=[0, 1], shards=n, attempts=attempts,
+               attempt_rate_rps=attempts / max(fresh["duration_s"], 1e-9))  # fmt: skip
+    return out, merged
 
 
 def write_summary(path: Path, summary: dict[str, Any]) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 from burstguard.bench.records import RecordWriter, RequestRecord, read_records
 from burstguard.bench.runner import BenchConfig, LiveCounts, Reporter, _run, new_loop
 from burstguard.clock import schedule_origin
-from burstguard.errors import UserError
+from burstguard.errors import TargetError
 from burstguard.scrape import MetricsPoller
 from burstguard.workload.spec import Workload
 
@@ -108,7 +108,7 @@ async def _supervise(
             if stopped["n"]:
                 return None, True
             if any(p.exitcode is not None for p in procs) or time.monotonic() > deadline:
-                raise UserError("a bench worker did not start; see its error above")
+                raise TargetError("a bench worker did not start; see its error above")
             await asyncio.sleep(0.05)
         origin.value = schedule_origin(config.start_at)
         start.set()
@@ -152,7 +152,9 @@ def run_workers(
     worker_config = dataclasses.replace(config, scrape_url=None, workers=1)
     procs = []
     for k in range(n):
-        args = (worker_config, workload, (k, n), ready, start, origin, counts)
+        k0, machines = config.shard  # worker k of this machine's share of the schedule
+        args = (worker_config, workload, (k0 + machines * k, machines * n), ready, start,
+                origin, counts)  # fmt: skip
         procs.append(ctx.Process(target=_worker, name=f"bench-worker-{k}", args=args, daemon=True))
     for p in procs:
         p.start()
@@ -169,7 +171,7 @@ def run_workers(
     failed = [p.name for p in procs if p.exitcode not in (0, None)]
     records = merge_records(config.out_dir, n)
     if failed and not interrupted:
-        raise UserError(f"{', '.join(failed)} failed (exit {procs[0].exitcode}); records so far "
+        raise TargetError(f"{', '.join(failed)} failed (exit {procs[0].exitcode}); records so far "
                         f"are in {config.out_dir / 'records.jsonl'}")  # fmt: skip
     return records, poller, interrupted
 

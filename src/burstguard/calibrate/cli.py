@@ -28,7 +28,6 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from burstguard.bench.preflight import check_target, served_cards
 from burstguard.bench.stream import new_client
 from burstguard.calibrate.fit import StepSample, fit_step_model
 from burstguard.calibrate.from_kernels import calibrate_from_kernels
@@ -41,6 +40,7 @@ from burstguard.calibrate.probe import (
 )
 from burstguard.engine.machine import this_cpu
 from burstguard.errors import UserError, check_writable
+from burstguard.http.preflight import check_target, served_cards
 
 _CACHE_INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.M)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from burstguard.bench.summary import read_summary
-from burstguard.errors import UserError
+from burstguard.errors import TargetError
 
 SHAPE = ("--prompt-tokens", "60", "--output-tokens", "32")  # for the patterns
 AZURE_CODE = Path(__file__).resolve().parents[3] / "examples" / "traces" / "azure2023_code.csv"
@@ -54,7 +54,7 @@ def _bench(
            "--out", str(out), "--force"]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "CI": "true"})
     if res.returncode != 0:
-        raise UserError(f"bench against {target} failed: {res.stderr[-500:]}")
+        raise TargetError(f"bench against {target} failed: {res.stderr[-500:]}")
     return read_summary(out / "summary.json")
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from burstguard.engine.specs import ModelShape
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError, FileError
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "engine" / "kernels"
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
@@ -58,12 +58,14 @@ class KernelTable:
         )  # fmt: skip
 
     def check_shape(self, shape: ModelShape) -> None:
-        """Raise UserError when the table was measured on another model shape."""
+        """Raise ConfigError when the table was measured on another model shape."""
         wrong = [f"{col} {self.shape[col]} (shape: {getattr(shape, attr)})"
                  for col, attr in SHAPE_COLUMNS.items()
                  if col in self.shape and self.shape[col] != getattr(shape, attr)]  # fmt: skip
         if wrong:
-            raise UserError(f"kernel table {self.source} is for another model: {', '.join(wrong)}")
+            raise ConfigError(
+                f"kernel table {self.source} is for another model: {', '.join(wrong)}"
+            )
 
 
 def table_path(name_or_path: str) -> Path:
@@ -77,7 +79,7 @@ def table_path(name_or_path: str) -> Path:
     if packaged.is_file():
         return packaged
     known = ", ".join(sorted(p.name for p in KERNELS_DIR.glob("*.csv")))
-    raise UserError(f"kernel table {name_or_path!r} not found; packaged: {known}")
+    raise FileError(f"kernel table {name_or_path!r} not found; packaged: {known}")
 
 
 def read_table(name_or_path: str, tp: int) -> KernelTable:
@@ -95,11 +97,11 @@ def read_table(name_or_path: str, tp: int) -> KernelTable:
                 rows.setdefault(int(row["num_tokens"]), []).append(values)
                 shape = {c: int(row[c]) for c in SHAPE_COLUMNS if row.get(c)}
             except (KeyError, ValueError) as exc:
-                raise UserError(
+                raise FileError(
                     f"kernel table {path}: not Vidur's mlp.csv layout ({exc})"
                 ) from None
     if not rows:
-        raise UserError(f"kernel table {path} has no rows for tensor-parallel degree {tp}")
+        raise FileError(f"kernel table {path} has no rows for tensor-parallel degree {tp}")
     ns = np.array(sorted(rows))
     med = np.array([np.median(rows[n], axis=0) for n in ns])
     ops = {c: med[:, i] for i, c in enumerate(cols) if c != "emb"}

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 from burstguard.bench.stream import Attempt, send
 from burstguard.calibrate.fit import StepSample
-from burstguard.emulator.tokens import chat_content_for, filler_text
-from burstguard.errors import UserError
-from burstguard.gateway.upstream import UpstreamPool
+from burstguard.errors import TargetError
+from burstguard.http.client import UpstreamPool
+from burstguard.wire.tokens import chat_content_for, filler_text
 
 _nonce = itertools.count()
 DECODE_OUTPUT_TOKENS = 48
@@ -52,7 +52,7 @@ async def _one(client: UpstreamPool, t: Target, prompt_tokens: int, out: int) ->
         {"content-type": "application/json"}, stream=True, timeout_s=t.timeout_s,
     )  # fmt: skip
     if not attempt.ok:
-        raise UserError(
+        raise TargetError(
             f"calibration request to {t.base_url} failed ({attempt.error}): "
             f"{(attempt.detail or '')[:300]}"
         )
@@ -124,7 +124,7 @@ async def decode_samples(
         # the middle of the output: all B requests are decoding, none is prefilling
         gaps = [g * t.speedup for a in attempts for g in a.itl_s[8:-8]]
         if not gaps:
-            raise UserError(f"{t.base_url} streamed too few chunks to time decode steps")
+            raise TargetError(f"{t.base_url} streamed too few chunks to time decode steps")
         prompt = statistics.median(a.prompt_tokens or p for a in attempts)
         context = int(b * (prompt + DECODE_OUTPUT_TOKENS / 2))
         step = statistics.median(gaps)

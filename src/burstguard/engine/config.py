@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
 
 SchedulingPolicy = Literal["fcfs", "priority"]
 SCHEDULING_POLICIES: tuple[str, ...] = ("fcfs", "priority")
 
 
-class EngineConfigError(UserError, ValueError):
+class EngineConfigError(ConfigError, ValueError):
     """An engine setting vLLM would refuse; the message names the flag and the fix."""
 
 
@@ -31,6 +31,8 @@ class EngineConfig:
     scheduling_policy: SchedulingPolicy = "fcfs"
     block_size: int = 16
     enable_prefix_caching: bool = False
+    num_gpu_blocks_override: int | None = None
+    """KV blocks regardless of the profile's memory (vLLM's flag of that name)."""
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -49,6 +51,10 @@ class EngineConfig:
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise EngineConfigError(
                 f"--gpu-memory-utilization must be in (0, 1] (got {self.gpu_memory_utilization})"
+            )
+        if self.num_gpu_blocks_override is not None and self.num_gpu_blocks_override < 1:
+            raise EngineConfigError(
+                f"--num-gpu-blocks-override must be >= 1 (got {self.num_gpu_blocks_override})"
             )
         if self.scheduling_policy not in SCHEDULING_POLICIES:
             raise EngineConfigError(

@@ -51,6 +51,8 @@ class EngineStats:
     num_preemptions_total: int
     prompt_tokens_total: int
     generation_tokens_total: int
+    prefix_cache_queries_total: int = 0  # prompt tokens looked up in the prefix cache
+    prefix_cache_hits_total: int = 0  # ... of those, found cached
 
 
 @dataclass(slots=True)
@@ -87,7 +89,7 @@ class EngineCore:
         self.profile = profile
         assert self.config.max_model_len is not None
         self.max_model_len: int = self.config.max_model_len
-        num_blocks = profile.num_kv_blocks(self.config)
+        num_blocks = self.config.num_gpu_blocks_override or profile.num_kv_blocks(self.config)
         blocks_per_seq = -(-self.max_model_len // self.config.block_size)
         if num_blocks < blocks_per_seq:
             raise EngineConfigError(
@@ -295,4 +297,6 @@ class EngineCore:
             num_preemptions_total=self._preemptions,
             prompt_tokens_total=self.scheduler.prompt_tokens_total,
             generation_tokens_total=self._generation_tokens,
+            prefix_cache_queries_total=self.pool.prefix_queries_tokens,
+            prefix_cache_hits_total=self.pool.prefix_hits_tokens,
         )

@@ -22,16 +22,20 @@ from burstguard.engine.request import EngineRequest
 def expand_block_hashes(
     hashes: Sequence[int], src_block_tokens: int, block_size: int, prompt_tokens: int
 ) -> tuple[int, ...]:
-    """Maps prefix hashes of `src_block_tokens`-token blocks (Mooncake: 512) onto
-    `block_size`-token blocks: sub-block j of source block h gets hash (h, j), flattened
-    to h * k + j with k = src_block_tokens // block_size. Only blocks lying entirely
-    inside the prompt are kept (vLLM hashes full blocks only)."""
-    if src_block_tokens % block_size:
-        raise ValueError(f"{src_block_tokens}-token blocks do not split into {block_size}")
-    k = src_block_tokens // block_size
-    full = prompt_tokens // block_size
-    out = [h * k + j for h in hashes for j in range(k)]
-    return tuple(out[:full])
+    """Names a prompt's `block_size`-token engine blocks from prefix hashes of
+    `src_block_tokens`-token blocks (a Mooncake trace's hash_ids: 512 tokens). Engine block
+    j is named by the source block holding its last token and that token's offset in it,
+    `h * src_block_tokens + offset`: source hashes are chained (a hash names its whole
+    prefix, as Mooncake's and vLLM's do), so equal names mean equal leading tokens. Only
+    blocks lying entirely inside the prompt and its source blocks are kept (vLLM hashes
+    full blocks only)."""
+    src = src_block_tokens
+    n = min(prompt_tokens, len(hashes) * src) // block_size
+    out: list[int] = []
+    for j in range(n):
+        last = (j + 1) * block_size - 1
+        out.append(hashes[last // src] * src + last % src)
+    return tuple(out)
 
 
 class BlockPool:

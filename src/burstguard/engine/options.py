@@ -19,7 +19,7 @@ import typer
 from burstguard.engine.config import SCHEDULING_POLICIES, EngineConfig
 from burstguard.engine.machine import this_cpu
 from burstguard.engine.profile import Profile, list_profiles, machine_profile_path
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -34,7 +34,7 @@ def _switches(values: dict[str, Any]) -> None:
         on, off = values.pop(name), values.pop(NEGATED + name)
         if on and off:
             flag = "--" + name.replace("_", "-")
-            raise UserError(f"{flag} and --no-{flag[2:]} contradict each other")
+            raise ConfigError(f"{flag} and --no-{flag[2:]} contradict each other")
         if on or off:
             values[name] = bool(on)
 
@@ -110,6 +110,13 @@ def _option_params() -> list[inspect.Parameter]:
             "enable_prefix_caching",
             defaults.enable_prefix_caching,
             help="reuse cached KV blocks of shared prompt prefixes",
+        ),
+        opt(
+            "num_gpu_blocks_override",
+            int | None,
+            None,
+            "--num-gpu-blocks-override",
+            help="KV cache blocks (16 tokens each), whatever the profile's memory allows",
         ),
     ]
 

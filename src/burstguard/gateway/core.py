@@ -23,13 +23,17 @@ and the shell continues the client's answer where it stopped. In continuous batc
 every running request decodes one token per step, so "fewest tokens" is "latest first
 token" (none yet: fewest of all), which the core knows from `FirstToken` events alone.
 
-Routing is a decision of the core too: with a `Fleet` (the live gateway always has one,
-`burstguard sim --replicas N` too), each `Release` names the backend the fleet's router
-picked, and a request is released only while some routable backend is below its
-in-flight cap. Each backend has its own adaptive request cap (`InFlightLimits` fed by
-that backend's `Scrape`, at most `max_in_flight_per_backend`), handed to the fleet with
-`Fleet.set_cap`; the gateway-wide caps (`max_in_flight`, the token budget) still bound
-the total, and adapt from the backend's metrics only while there is one backend. A
+`handle` is the only way in. Routing is a decision of the core too: it always has a
+`Fleet` (the live gateway's discovered backends, the simulator's replicas), each
+`Release` names the backend the fleet's router picked, and a request is released only
+while some routable backend is below its in-flight cap. The fleet is the one owner of
+per-backend load; each backend has its own adaptive request cap (`InFlightLimits` fed by
+that backend's `Scrape` and the fleet's load, at most `max_in_flight_per_backend`),
+handed to the fleet with `Fleet.set_cap`; the gateway-wide caps (`max_in_flight`, the
+token budget) still bound the total, and adapt from the backend's metrics only while
+there is one backend. Each backend's switches (`resume`: it may be preempted and a
+started stream may fail over; `forward_priority`) are read from its own settings
+(`GatewayConfig.backend_config`: a static entry or discovery's options). A
 `BackendFailed` goes to `Fleet.on_failure`: a request whose client has nothing yet (or
 that can be resumed) is released to another backend at once (`Release(failover=True)`),
 queued again at its place when the others are at their caps, or abandoned (`Abandon`)
@@ -53,7 +57,7 @@ from burstguard.gateway.admission import (
     ServiceRate,
     estimate_wait,
 )
-from burstguard.gateway.config import ClassConfig, GatewayConfig
+from burstguard.gateway.config import BackendConfig, ClassConfig, GatewayConfig
 from burstguard.gateway.events import (
     Abandon,
     Arrive,
@@ -71,6 +75,7 @@ from burstguard.gateway.events import (
     Reject,
     Release,
     Scrape,
+    Settle,
     Tick,
 )
 from burstguard.gateway.fleet.fleet import Fleet
@@ -78,18 +83,19 @@ from burstguard.gateway.fleet.router import RouteRequest
 from burstguard.gateway.policies import Picker, order_key
 from burstguard.gateway.predictor import OutputPredictor
 from burstguard.gateway.queue import OVERFLOW_TENANT, ClassQueue, GatewayQueue
+from burstguard.gateway.quota import Plan, Quotas, Verdict, settle_amounts
 from burstguard.gateway.request import BackendState, Entry, GatewayRequest
+from burstguard.wire.outcomes import Outcome, Reason
 
-__all__ = ["Admission", "BackendState", "GatewayCore", "GatewayRequest", "GatewayStats"]
+__all__ = ["BackendState", "GatewayCore", "GatewayRequest", "GatewayStats"]
 
-OUTCOMES = ("completed", "rejected", "cancelled", "failed")
 # how often a driver (the live server, the simulator) sends `Tick`, in wall seconds
 TICK_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
-class Admission:
-    """The answer to `submit`: accepted, or rejected with a reason and a Retry-After.
+class _Admission:
+    """An arrival accepted into the queue, or rejected with a reason and a Retry-After.
 
     `evicted` are queued requests shed to make room (answer each with 429). Reasons:
     `deadline` (cannot start before the class's queue deadline), `queue_full`,
@@ -97,7 +103,7 @@ class Admission:
     """
 
     accepted: bool
-    reason: str | None = None
+    reason: Reason | None = None
     retry_after_s: float | None = None
     evicted: tuple[GatewayRequest, ...] = ()
 
@@ -114,23 +120,22 @@ class GatewayStats:
     limit_tokens: float  # math.inf: no token budget
     service_rate: float | None
     outcomes: dict[str, dict[str, int]]  # class -> outcome -> count
-    rejections: dict[str, int]  # reason -> count
+    rejections: dict[Reason, int]  # reason -> count
     ttft_slo: dict[str, tuple[int, int]] = field(default_factory=dict)  # class -> (met, seen)
     preemptions: dict[str, int] = field(default_factory=dict)  # class -> count
     fairness_tenants: dict[str, int] = field(default_factory=dict)  # class -> tenants tracked
     tenant_overflow: dict[str, int] = field(default_factory=dict)  # class -> queued as ~overflow
+    quota_buckets: int = 0  # local quota buckets held (bounded by quotas.max_buckets)
 
 
 class GatewayCore:
     """Queue, order, admit, shed and preempt; see the module docstrings of the parts."""
 
     def __init__(self, config: GatewayConfig, fleet: Fleet | None = None) -> None:
-        """`fleet`: the backends to route over (None: one is made of `config.backends`,
-        unless there are none: then `Release` names no backend, as for a single engine)."""
+        """`fleet`: the backends to route over, which the shell keeps listing (None: one
+        made of `config.backends`)."""
         self.config = config
-        if fleet is None and config.backends:
-            fleet = Fleet(config.fleet, config.backend_urls())
-        self.fleet = fleet
+        self.fleet = fleet if fleet is not None else Fleet(config.fleet, config.backend_urls())
         self._fleet_scale = 1.0 / config.engine_speedup  # core clock -> the fleet's wall clock
         per_backend = config.admission.max_in_flight_per_backend or config.admission.max_in_flight
         self._backend_adm = config.admission.model_copy(
@@ -141,8 +146,7 @@ class GatewayCore:
         )
         self._backend_limits: dict[str, InFlightLimits] = {}
         self._backend_states: dict[str, BackendState] = {}
-        self._backend_load: dict[str, list[int]] = {}  # url -> [requests, tokens] in flight
-        self._routed: dict[str, str] = {}  # request id -> its backend now
+        self._options: dict[str, BackendConfig] = {}  # url -> its settings (cached)
         self._held: dict[str, float] = {}  # backend -> until when a refused lease holds it
         self._resume_after_failure: set[str] = set()  # requeued after a failure mid-answer
         self._forgotten: list[str] = []
@@ -155,11 +159,8 @@ class GatewayCore:
         interval = config.scrape_interval_s * config.engine_speedup  # in the core's clock
         self._limits = InFlightLimits(self._adm, interval)
         self._inflow = ClassInflow(self._adm.rate_half_life_s)
-        backend = config.backends[0] if config.backends else None
-        self._forward_priority = backend is not None and backend.forward_priority
         self._shares = any(c.min_in_flight_fraction for c in config.classes)
-        self._can_preempt = backend is not None and backend.resume
-        self._backend: BackendState | None = None
+        self._backend: BackendState | None = None  # the sole backend's state
         self._queued: dict[str, Entry] = {}
         self._in_flight: dict[str, Entry] = {}
         self._in_flight_tokens = 0
@@ -167,13 +168,17 @@ class GatewayCore:
         self._class_tokens = Counter[str]()
         self._preemptible: dict[str, Entry] = {}  # in flight, of a preemptible class
         self._seq = 0
-        self._outcomes = {c.name: Counter[str]() for c in config.classes}
-        self._rejections = Counter[str]()
+        self._outcomes = {c.name: Counter[Outcome]() for c in config.classes}
+        self._rejections = Counter[Reason]()
         self._preemptions = Counter[str]()
         self._overflowed = Counter[str]()  # requests queued as OVERFLOW_TENANT, per class
         self._ttft: dict[str, list[int]] = {c.name: [0, 0] for c in config.classes}
         self._return_at = {c.name: -math.inf for c in config.classes}  # see _schedule_return
         self._outage_since: float | None = None  # the fleet's clock; see _outage
+        self.quotas = Quotas(config.quotas, config.api_keys, config.predictor.default_max_tokens)
+        self._quota_on = self.quotas.enabled
+        self._charged: dict[str, tuple[Plan, Verdict, int]] = {}  # id -> plan, verdict, share
+        self._settles: list[Effect] = []
 
     # -- the driver protocol ----------------------------------------------------------
 
@@ -182,38 +187,92 @@ class GatewayCore:
         out: list[Effect] = []
         self._now = now
         if isinstance(event, Arrive):
-            adm = self.submit(event.req, now)
-            out += (self._shed(v, "evicted", now) for v in adm.evicted)
+            if self._quota_on and (refused := self._quota_admit(event, now)) is not None:
+                out.append(refused)
+                return out
+            adm = self._submit(event.req, now)
+            out += (self._shed(v, Reason.EVICTED, now) for v in adm.evicted)
             if not adm.accepted:
                 assert adm.reason is not None and adm.retry_after_s is not None
-                out.append(Reject(event.req, adm.reason, adm.retry_after_s))
+                charged = self._quota_settle(event.req.id, now, None, ran=False)
+                out.append(Reject(event.req, adm.reason, adm.retry_after_s, charged))
+                out += self._settles
+                self._settles.clear()
                 return out
         elif isinstance(event, Tick):
-            out += (self._shed(r, "deadline", now) for r in self.expire(now))
+            out += (self._shed(r, Reason.DEADLINE, now) for r in self._expire(now))
             if self._outage(now):
                 out += self._drop_queue()
         elif isinstance(event, Scrape):
             self._scraped(event, now)
         elif isinstance(event, FirstToken):
-            self.on_first_token(event.request_id, now)
+            self._first_token(event.request_id, now)
             return out  # frees nothing: no release to consider
         elif isinstance(event, Finish):
-            self.on_finish(event.request_id, now, event.output_tokens)
-        elif isinstance(event, Cancel):
-            self.cancel(event.request_id, now)
-        elif isinstance(event, Fail):
-            self.fail(event.request_id, now)
+            self._finish(event.request_id, now, event.output_tokens)
+        elif isinstance(event, Cancel):  # the client went away
+            self._leave(event.request_id, now, Outcome.CANCELLED, event.output_tokens)
+        elif isinstance(event, Fail):  # an error went to the client
+            self._leave(event.request_id, now, Outcome.FAILED, event.output_tokens)
         elif isinstance(event, BackendFailed):
             self._backend_failed(event, now, out)
         elif isinstance(event, LeaseRefused):
             self._lease_refused(event.request_id, now)
         elif isinstance(event, FleetService):
             self._picker.fleet_service(event.served)
-        out += self.dispatch(now)
+        out += self._dispatch(now)
         if self._forgotten:
             out += (Forget(url) for url in self._forgotten)
             self._forgotten.clear()
+        if self._settles:
+            out += self._settles
+            self._settles.clear()
         return out
+
+    # -- quotas -----------------------------------------------------------------------
+
+    def quota_plan(self, req: GatewayRequest) -> Plan | None:
+        """The buckets and costs `req` is charged (None: no quota limits it): what a shell
+        charges in the shared store before it hands the core `Arrive(req, quota=...)`."""
+        return self.quotas.plan(req) if self._quota_on else None
+
+    def _quota_admit(self, event: Arrive, now: float) -> Reject | None:
+        """Charges the request's quota (or takes the shell's shared verdict); a Reject
+        when its bucket cannot pay now (the Retry-After: exactly when it could)."""
+        req = event.req
+        plan = self.quotas.plan(req)
+        if plan is None:
+            return None
+        share = max(1, event.quota_share)
+        verdict = event.quota if event.quota is not None else self.quotas.take(plan, now, share)
+        if not verdict.admitted:
+            cls = self.config.class_by_name(req.priority_class)
+            self._outcomes[cls.name][Outcome.REJECTED] += 1
+            self._rejections[Reason.QUOTA] += 1
+            return Reject(req, Reason.QUOTA, verdict.wait_s, verdict)
+        self._charged[req.id] = (plan, verdict, share)
+        return None
+
+    def _quota_settle(
+        self, request_id: str, now: float, output_tokens: int | None, ran: bool
+    ) -> Verdict | None:
+        """The request ended: its quota is settled to what it used (`quota.settle_amounts`),
+        here or, when the shared store charged it, by a `Settle` effect. Its verdict."""
+        charged = self._charged.pop(request_id, None) if self._charged else None
+        if charged is None:
+            return None
+        plan, verdict, share = charged
+        amounts = settle_amounts(plan, output_tokens, ran)
+        if not amounts:
+            return verdict
+        if verdict.shared:
+            pairs = tuple((c, amounts[c.kind]) for c in plan.charges if amounts.get(c.kind))
+            if pairs:
+                req = GatewayRequest(request_id, now, plan.prompt_tokens, None)
+                self._settles.append(Settle(req, pairs))
+        else:
+            self.quotas.settle(plan, share, now, amounts)
+        return verdict
 
     # -- the fleet --------------------------------------------------------------------
 
@@ -223,9 +282,6 @@ class GatewayCore:
     def _scraped(self, event: Scrape, now: float) -> None:
         """One backend's metrics: its own limits adapt from them; the gateway-wide ones
         too while it is the only backend."""
-        if self.fleet is None or event.backend is None:
-            self._backend = event.state
-            return
         url = event.backend
         self.fleet.on_metrics(url, event.state, self._fnow(now))
         self._backend_states[url] = event.state
@@ -249,17 +305,14 @@ class GatewayCore:
         """Each backend's cap for the router: its adaptive limit, or its current load while
         a refused shared lease holds it."""
         fleet = self.fleet
-        assert fleet is not None
-        states, loads, held = self._backend_states, self._backend_load, self._held
+        states, held = self._backend_states, self._held
         for url in fleet.backends:  # on every dispatch: lookups kept to the few needed
             lim = self._backend_limits.get(url) or self._backend_limit(url, now)
-            load = loads.get(url)
-            if load is None:
-                load = loads[url] = [0, 0]
-            lim.observe(now, states.get(url), load[0], load[1])
+            requests, tokens = fleet.load(url)
+            lim.observe(now, states.get(url), requests, tokens)
             cap: float = max(1.0, lim.requests)
             if held and held.get(url, -math.inf) > now:
-                cap = min(cap, load[0])
+                cap = min(cap, requests)
             fleet.set_cap(url, cap)
 
     @property
@@ -271,67 +324,59 @@ class GatewayCore:
         """The request cap of `url` as configured (what shared leases count against)."""
         return int(self._backend_adm.max_in_flight)
 
-    def _route(self, e: Entry, now: float) -> str | None:
-        assert self.fleet is not None
-        url = self.fleet.route(e.req.id, RouteRequest(e.cost, e.req.prefix_hashes), self._fnow(now))
-        if url is not None:
-            self._on_backend(e, url)
-        return url
+    def backend_options(self, url: str) -> BackendConfig:
+        """`url`'s settings (`GatewayConfig.backend_config`, read once per backend): the one
+        way the shells and the core read a backend's switches."""
+        opts = self._options.get(url)
+        if opts is None:
+            opts = self._options[url] = self.config.backend_config(url)
+        return opts
 
-    def _on_backend(self, e: Entry, url: str) -> None:
-        self._routed[e.req.id] = url
-        load = self._backend_load.setdefault(url, [0, 0])
-        load[0] += 1
-        load[1] += e.cost
+    def _resumes(self, request_id: str) -> bool:
+        """Whether the backend running `request_id` continues a text it is given."""
+        url = self.fleet.backend_of(request_id)
+        return url is not None and self.backend_options(url).resume
 
-    def _off_backend(self, e: Entry) -> None:
-        url = self._routed.pop(e.req.id, None)
-        if url is not None and (load := self._backend_load.get(url)) is not None:
-            load[0] -= 1
-            load[1] -= e.cost
+    def _priority(self, e: Entry, url: str) -> int | None:
+        return e.cls.rank if self.backend_options(url).forward_priority else None
 
     def _fleet_done(self, e: Entry) -> None:
         """The request left its backend (ended or preempted): the fleet frees its slot."""
-        self._off_backend(e)
-        if self.fleet is not None:
-            gone = self.fleet.on_done(e.req.id, self._fnow(self._now))
-            if gone is not None:
-                self._forget(gone)
+        gone = self.fleet.on_done(e.req.id, self._fnow(self._now))
+        if gone is not None:
+            self._forget(gone)
 
     def _forget(self, url: str) -> None:
         self._forgotten.append(url)
-        for d in (self._backend_limits, self._backend_states, self._backend_load, self._held):
+        for d in (self._backend_limits, self._backend_states, self._options, self._held):
             d.pop(url, None)
 
     def _backend_failed(self, event: BackendFailed, now: float, out: list[Effect]) -> None:
         e = self._in_flight.get(event.request_id)
-        if e is None or self.fleet is None:
+        if e is None:
             return
         started = event.started
-        retryable = not started or (self._can_preempt and e.req.resumable)
-        self._off_backend(e)
+        retryable = not started or (e.req.resumable and self._resumes(e.req.id))
         fo = self.fleet.on_failure(e.req.id, event.reason, self._fnow(now), retryable)
         if fo.removed is not None:
             self._forget(fo.removed)
         if fo.backend is not None:
-            self._on_backend(e, fo.backend)
-            priority = e.cls.rank if self._forward_priority else None
             resumed = started or e.preemptions > 0
-            out.append(Release(e.req, priority, resumed, fo.backend, failover=True))
+            priority = self._priority(e, fo.backend)
+            out.append(Release(e.req, fo.backend, priority, resumed, failover=True))
         elif fo.outcome == "no_room":  # the others are full: first in line at its place
             self._requeue(e)
             if started:
                 self._resume_after_failure.add(e.req.id)
         else:
-            self._leave(e.req.id, now, "failed")
+            self._leave(e.req.id, now, Outcome.FAILED)
             out.append(Abandon(e.req, fo.outcome))
 
     def _lease_refused(self, request_id: str, now: float) -> None:
         e = self._in_flight.get(request_id)
-        url = self._routed.get(request_id)
-        if e is None or url is None or self.fleet is None:
+        url = self.fleet.backend_of(request_id)
+        if e is None or url is None:
             return
-        self._off_backend(e)
         self.fleet.unroute(request_id)
         self._requeue(e)
         self._picker.fairness(e.cls.name).charge(e.tenant, -e.charged)  # it was never sent
@@ -345,20 +390,21 @@ class GatewayCore:
         self._queue.push(e)
         self._queued[e.req.id] = e
 
-    def _shed(self, req: GatewayRequest, reason: str, now: float) -> Reject:
+    def _shed(self, req: GatewayRequest, reason: Reason, now: float) -> Reject:
         """A queued request answered 429 with a Retry-After: when a new request of its
         class would be admitted (its class's expected wait: the drain of the work ahead at
         the rate left to the class, bounded by aging), booked into the class's return
-        schedule like a rejection at `submit`."""
+        schedule like a rejection at arrival."""
         cls = self.config.class_by_name(req.priority_class)
         cost = req.prompt_tokens + (req.max_tokens or self.config.predictor.default_max_tokens)
         wait, ahead = self._estimate_wait(cls, now)
         drain = wait if math.isfinite(wait) else ahead
-        return Reject(req, reason, self._schedule_return(cls, now, drain, cost))
+        charged = self._quota_settle(req.id, now, None, ran=False)
+        return Reject(req, reason, self._schedule_return(cls, now, drain, cost), charged)
 
     # -- arrivals ---------------------------------------------------------------------
 
-    def submit(self, req: GatewayRequest, now: float) -> Admission:
+    def _submit(self, req: GatewayRequest, now: float) -> _Admission:
         """Admits `req` into the queue or rejects it at once (with reason and Retry-After)."""
         if req.id in self._queued or req.id in self._in_flight:
             raise ValueError(f"request id {req.id!r} is already in the gateway")
@@ -374,15 +420,15 @@ class GatewayCore:
         e.key = order_key(self.config.policy, e)
 
         if self._outage(now):
-            self._outcomes[cls.name]["rejected"] += 1
-            self._rejections["no_backend"] += 1
-            return Admission(False, "no_backend", self._outage_retry_s())
+            self._outcomes[cls.name][Outcome.REJECTED] += 1
+            self._rejections[Reason.NO_BACKEND] += 1
+            return _Admission(False, Reason.NO_BACKEND, self._outage_retry_s())
         wait, drain_ahead = self._estimate_wait(cls, now)
         deadline = cls.queue_deadline_s
         if deadline is not None and wait > deadline:
             # with no rate left to its class, the best promise is its backlog's drain time
             drain = wait - deadline if math.isfinite(wait) else drain_ahead
-            return self._reject(e, "deadline", drain, now)
+            return self._reject(e, Reason.DEADLINE, drain, now)
 
         victims = self._victims(e)
         if victims is None:
@@ -395,17 +441,17 @@ class GatewayCore:
             else:
                 excess = excess_n
             drain = estimate_wait(excess, self._class_rate(cls, now))
-            return self._reject(e, "queue_full", drain, now)
+            return self._reject(e, Reason.QUEUE_FULL, drain, now)
         for v in victims:
             self._queue.remove(v)
             del self._queued[v.req.id]
-            self._end(v, "rejected", "evicted")
+            self._end(v, Outcome.REJECTED, Reason.EVICTED)
         self._queue.push(e)
         self._queued[req.id] = e
         self._inflow.add(now, cls.rank, self._work(e.cost))
         if tenant == OVERFLOW_TENANT != own:
             self._overflowed[cls.name] += 1
-        return Admission(True, evicted=tuple(v.req for v in victims))
+        return _Admission(True, evicted=tuple(v.req for v in victims))
 
     def _work(self, cost: float) -> float:
         return cost if self._adm.rate_unit == "tokens" else 1.0
@@ -475,10 +521,10 @@ class GatewayCore:
             return None
         return victims
 
-    def _reject(self, e: Entry, reason: str, drain_s: float, now: float) -> Admission:
-        self._outcomes[e.cls.name]["rejected"] += 1
+    def _reject(self, e: Entry, reason: Reason, drain_s: float, now: float) -> _Admission:
+        self._outcomes[e.cls.name][Outcome.REJECTED] += 1
         self._rejections[reason] += 1
-        return Admission(False, reason, self._schedule_return(e.cls, now, drain_s, e.cost))
+        return _Admission(False, reason, self._schedule_return(e.cls, now, drain_s, e.cost))
 
     def _schedule_return(self, cls: ClassConfig, now: float, drain_s: float, cost: float) -> float:
         """Retry-After for a shed request of `cls`: after its class's excess drains *and*
@@ -507,7 +553,7 @@ class GatewayCore:
 
     # -- release and preemption -------------------------------------------------------
 
-    def dispatch(self, now: float) -> list[Effect]:
+    def _dispatch(self, now: float) -> list[Effect]:
         """Releases (and the preemptions that make room) allowed now, best first."""
         self._limits.observe(now, self._backend, len(self._in_flight), self._in_flight_tokens)
         out: list[Effect] = []
@@ -524,28 +570,27 @@ class GatewayCore:
             return self._below_share(q.cls, 0)
 
         fleet = self.fleet
-        if fleet is not None:
-            self._set_caps(now)
+        self._set_caps(now)
         while self._queue.count:
-            if fleet is not None and not fleet.has_room(self._fnow(now)):
+            if not fleet.has_room(self._fnow(now)):
                 lim.bound = True
                 for b in self._backend_limits.values():
                     b.bound = True
-                if self._can_preempt and self._preempt_for_better(now, out):
+                if self._preemptible and self._preempt_for_better(now, out):
                     continue
                 break
             e = self._picker.next(now, allowed, below_share if self._shares else None)
             if e is None:
                 lim.bound = True
-                if self._can_preempt and self._preempt_for_better(now, out):
+                if self._preemptible and self._preempt_for_better(now, out):
                     continue
                 break
             if not self._fits_tokens(e, now):
                 blocked.add(e.cls.name)  # other classes may still fit
                 lim.bound = True
                 continue
-            url = self._route(e, now) if fleet is not None else None
-            if fleet is not None and url is None:
+            url = self._route(e, now)
+            if url is None:
                 break
             self._release(e, now, out, url)
         self._rate.observe(now, self._saturated())
@@ -559,7 +604,11 @@ class GatewayCore:
         mine = self._class_tokens[cls.name]
         return aged or not mine or mine + e.cost <= cls.max_in_flight_fraction * lim.tokens
 
-    def _release(self, e: Entry, now: float, out: list[Effect], backend: str | None) -> None:
+    def _route(self, e: Entry, now: float) -> str | None:
+        route = RouteRequest(e.cost, e.req.prefix_hashes)
+        return self.fleet.route(e.req.id, route, self._fnow(now))
+
+    def _release(self, e: Entry, now: float, out: list[Effect], backend: str) -> None:
         self._queue.remove(e)
         del self._queued[e.req.id]
         self._in_flight[e.req.id] = e
@@ -573,16 +622,17 @@ class GatewayCore:
         charge = 0 if e.charged else e.cost
         e.charged += charge
         self._picker.fairness(e.cls.name).dispatched(e.tenant, charge)
-        priority = e.cls.rank if self._forward_priority else None
         resumed = e.preemptions > 0 or e.req.id in self._resume_after_failure
         self._resume_after_failure.discard(e.req.id)
-        out.append(Release(e.req, priority, resumed, backend))
+        charged = self._charged.get(e.req.id) if self._charged else None
+        verdict = charged[1] if charged is not None else None
+        out.append(Release(e.req, backend, self._priority(e, backend), resumed, quota=verdict))
 
     def _preempt_for_better(self, now: float, out: list[Effect]) -> bool:
         """With every slot taken: the best class that waits (and its own cap admits) takes
         the slot of a preemptible request of a worse class; False when none can."""
         lim = self._limits
-        full = self.fleet is not None and not self.fleet.has_room(self._fnow(now))
+        full = not self.fleet.has_room(self._fnow(now))
         if len(self._in_flight) < max(1.0, lim.requests) and not full:
             return False  # a slot is free: what waits is held by its own class cap
         for q in self._queue.classes:
@@ -600,12 +650,10 @@ class GatewayCore:
             victim.preemptions += 1
             self._preemptions[victim.cls.name] += 1
             out.append(Preempt(victim.req))
-            url = None
-            if self.fleet is not None:
-                self._set_caps(now)
-                url = self._route(waiting, now)
-                if url is None:  # cannot happen: the victim's slot is free
-                    return False
+            self._set_caps(now)
+            url = self._route(waiting, now)
+            if url is None:  # cannot happen: the victim's slot is free
+                return False
             self._release(waiting, now, out, url)
             return True
         return False
@@ -613,12 +661,15 @@ class GatewayCore:
     def _victim(self, rank: int, now: float) -> Entry | None:
         """The preemptible request of a class worse than `rank` with the fewest tokens out
         (no first token yet, else the latest first token; ties: worst class, latest
-        release), that has run `min_run_s` and has preemptions left."""
+        release), that has run `min_run_s`, has preemptions left and runs on a backend that
+        resumes."""
         best: Entry | None = None
         best_key: tuple[float, int, float] = (-math.inf, 0, 0.0)
         for e in self._preemptible.values():
             c = e.cls
             if c.rank <= rank or e.preemptions >= c.max_preemptions or not e.req.resumable:
+                continue
+            if not self._resumes(e.req.id):
                 continue
             released = e.released_at if e.released_at is not None else now
             if now - released < c.min_run_s or (
@@ -641,24 +692,20 @@ class GatewayCore:
 
     # -- lifecycle events -------------------------------------------------------------
 
-    def on_first_token(self, request_id: str, now: float) -> bool:
-        """Records TTFT against the class target (once per request); False: unknown id."""
+    def _first_token(self, request_id: str, now: float) -> None:
+        """Records TTFT against the class target (once per request)."""
         e = self._in_flight.get(request_id)
-        if e is None:
-            return False
-        if e.first_token_at is not None:
-            return True  # a resumed request: its client saw its first token long ago
+        if e is None or e.first_token_at is not None:
+            return  # unknown, or resumed: its client saw its first token long ago
         e.first_token_at = now
-        if self.fleet is not None:
-            self.fleet.on_first_token(request_id, self._fnow(now))
+        self.fleet.on_first_token(request_id, self._fnow(now))
         slo = self._ttft[e.cls.name]
         slo[1] += 1
         target = e.cls.ttft_target_s
         if target is None or now - e.req.arrival_s <= target:
             slo[0] += 1
-        return True
 
-    def on_finish(self, request_id: str, now: float, output_tokens: int) -> bool:
+    def _finish(self, request_id: str, now: float, output_tokens: int) -> None:
         """The request completed with `output_tokens` (all its client received); frees its
         budget, learns. A preempted request whose answer ended before its upstream closed
         completes from the queue."""
@@ -666,11 +713,10 @@ class GatewayCore:
         if e is None:
             e = self._queued.pop(request_id, None)
             if e is None:
-                return False
+                return
             self._queue.remove(e)
         else:
-            if self.fleet is not None:
-                self.fleet.on_finish(request_id, self._fnow(now), output_tokens)
+            self.fleet.on_finish(request_id, self._fnow(now), output_tokens)
             self._unrelease(e)
         self._rate.observe(now, self._saturated())
         r = e.req
@@ -680,36 +726,33 @@ class GatewayCore:
         self._picker.fairness(e.cls.name).charge(e.tenant, output_tokens - e.predicted_output)
         work = r.prompt_tokens + output_tokens if self._adm.rate_unit == "tokens" else 1
         self._rate.on_finish(now, work)
-        self._end(e, "completed")
-        return True
+        self._quota_settle(r.id, now, output_tokens, ran=True)
+        self._end(e, Outcome.COMPLETED)
 
-    def cancel(self, request_id: str, now: float) -> bool:
-        """The client went away: drop it from the queue, or free it in flight (abort upstream)."""
-        return self._leave(request_id, now, "cancelled")
-
-    def fail(self, request_id: str, now: float) -> bool:
-        """The backend failed the request (an error went to the client)."""
-        return self._leave(request_id, now, "failed")
-
-    def _leave(self, request_id: str, now: float, outcome: str) -> bool:
+    def _leave(
+        self, request_id: str, now: float, outcome: Outcome, output_tokens: int | None = None
+    ) -> None:
+        """It ends early (cancelled, failed): dropped from the queue, or freed in flight;
+        its quota is charged what it used (nothing, when it never reached a backend)."""
         e = self._queued.pop(request_id, None)
         if e is not None:
             self._queue.remove(e)
         else:
             e = self._in_flight.get(request_id)
             if e is None:
-                return False
+                return
             self._unrelease(e)
         self._rate.observe(now, self._saturated())
+        ran = e.released_at is not None
+        self._quota_settle(request_id, now, output_tokens if ran else None, ran)
         self._end(e, outcome)
-        return True
 
-    def expire(self, now: float) -> list[GatewayRequest]:
+    def _expire(self, now: float) -> list[GatewayRequest]:
         """Queued requests past their class's queue deadline, removed (answer each 429)."""
         gone = self._queue.expired(now)
         for e in gone:
             del self._queued[e.req.id]
-            self._end(e, "rejected", "deadline")
+            self._end(e, Outcome.REJECTED, Reason.DEADLINE)  # `_shed` settles its quota
         if gone:
             self._rate.observe(now, self._saturated())
         return [e.req for e in gone]
@@ -718,7 +761,7 @@ class GatewayCore:
         """True once every listed backend has been unhealthy for the fleet's
         `max_outage_wait_s` (wall): from then on nothing waits for them."""
         fnow = self._fnow(now)
-        if self.fleet is None or not self.fleet.down(fnow):
+        if not self.fleet.down(fnow):
             self._outage_since = None
             return False
         if self._outage_since is None:
@@ -740,11 +783,13 @@ class GatewayCore:
             self._queue.remove(e)
             if e.preemptions or e.req.id in self._resume_after_failure:
                 self._resume_after_failure.discard(e.req.id)
-                self._end(e, "failed")
-                out.append(Abandon(e.req, "no_backend"))
+                self._quota_settle(e.req.id, self._now, None, ran=True)
+                self._end(e, Outcome.FAILED)
+                out.append(Abandon(e.req, Reason.NO_BACKEND))
             else:
-                self._end(e, "rejected", "no_backend")
-                out.append(Reject(e.req, "no_backend", self._outage_retry_s()))
+                charged = self._quota_settle(e.req.id, self._now, None, ran=False)
+                self._end(e, Outcome.REJECTED, Reason.NO_BACKEND)
+                out.append(Reject(e.req, Reason.NO_BACKEND, self._outage_retry_s(), charged))
         self._queued.clear()
         return out
 
@@ -758,7 +803,7 @@ class GatewayCore:
         self._preemptible.pop(e.req.id, None)
         self._picker.fairness(e.cls.name).settled(e.tenant)
 
-    def _end(self, e: Entry, outcome: str, reason: str | None = None) -> None:
+    def _end(self, e: Entry, outcome: Outcome, reason: Reason | None = None) -> None:
         self._outcomes[e.cls.name][outcome] += 1
         if reason is not None:
             self._rejections[reason] += 1
@@ -775,12 +820,13 @@ class GatewayCore:
             limit_requests=self._limits.requests,
             limit_tokens=self._limits.tokens,
             service_rate=self._rate.rate,
-            outcomes={c: {o: n[o] for o in OUTCOMES} for c, n in self._outcomes.items()},
+            outcomes={c: {o: n[o] for o in Outcome} for c, n in self._outcomes.items()},
             rejections=dict(self._rejections),
             ttft_slo={c: (m, s) for c, (m, s) in self._ttft.items()},
             preemptions={c.name: self._preemptions[c.name] for c in self.config.classes},
             fairness_tenants={c: len(ts) for c, ts in self._picker.tracked().items()},
             tenant_overflow={c.name: self._overflowed[c.name] for c in self.config.classes},
+            quota_buckets=self.quotas.buckets,
         )
 
     def tenant_service(self, cls: str, tenant: str) -> float | None:

@@ -14,8 +14,11 @@ from typing import Any
 
 import orjson
 
-from burstguard.gateway.http import Header, Responder
-from burstguard.gateway.upstream import Unreachable, UpstreamError, UpstreamTimeout
+from burstguard.gateway.failure import Failure
+from burstguard.gateway.quota import Verdict
+from burstguard.http.client import Unreachable, UpstreamError, UpstreamTimeout
+from burstguard.http.server import Header, Responder
+from burstguard.wire.outcomes import Reason
 
 log = logging.getLogger("burstguard.gateway")
 
@@ -47,23 +50,77 @@ def retry_after_header(seconds: float | None) -> str:
 
 
 SHED_MESSAGES = {
-    "queue_full": "the gateway queue is full",
-    "deadline": "the {cls} queue cannot start this request before its deadline",
-    "evicted": "shed from the gateway queue to make room for higher-priority requests",
-    "no_backend": "no backend has been healthy for a while (all are down)",
+    Reason.QUEUE_FULL: "the gateway queue is full",
+    Reason.DEADLINE: "the {cls} queue cannot start this request before its deadline",
+    Reason.EVICTED: "shed from the gateway queue to make room for higher-priority requests",
+    Reason.NO_BACKEND: "no backend has been healthy for a while (all are down)",
 }
 
 
 def send_shed(
-    resp: Responder, cls: str, reason: str | None, retry_s: float | None, rid: str
-) -> int:
+    resp: Responder, cls: str, reason: Reason, retry_s: float | None, rid: str,
+    extra: tuple[Header, ...] = (),
+) -> int:  # fmt: skip
     """429 with Retry-After (wall seconds) for a request the core shed; returns the
     Retry-After sent, in seconds."""
     header = retry_after_header(retry_s)
-    msg = SHED_MESSAGES.get(reason or "", "overloaded").format(cls=cls)
+    msg = SHED_MESSAGES[reason].format(cls=cls)
     send_error(resp, 429, f"{msg}; retry after {header} s", "rate_limit_exceeded", reason,
-               (("retry-after", header), ("x-request-id", rid)))  # fmt: skip
+               (("retry-after", header), ("x-request-id", rid), *extra))  # fmt: skip
     return int(header)
+
+
+SDK_MAX_RETRY_AFTER_S = 120.0
+"""The official `openai` SDK honours a Retry-After up to this (MAX_RETRY_AFTER_DELAY) and
+does not retry at all past it; a quota that refills later says `x-should-retry: false`."""
+
+
+def reset_text(seconds: float) -> str:
+    """A bucket's time to full as OpenAI writes x-ratelimit-reset-*: `20ms`, `1.5s`, `6m0s`."""
+    if seconds < 1:
+        return f"{math.ceil(seconds * 1000)}ms"
+    if seconds < 60:
+        return f"{math.ceil(seconds * 1000) / 1000:g}s"
+    minutes, rest = divmod(math.ceil(seconds), 60)
+    return f"{minutes}m{rest}s"
+
+
+def ratelimit_headers(verdict: Verdict | None, speedup: float) -> tuple[Header, ...]:
+    """OpenAI's x-ratelimit-{limit,remaining,reset}-{requests,tokens} for the buckets of a
+    request's quota (none without one): the bucket's size, what it holds after this
+    request, and the wall time until it is full again."""
+    if verdict is None:
+        return ()
+    out: list[Header] = []
+    for kind, lim in verdict.limits.items():
+        out += [
+            (f"x-ratelimit-limit-{kind}", str(math.floor(lim.limit))),
+            (f"x-ratelimit-remaining-{kind}", str(int(lim.remaining))),
+            (f"x-ratelimit-reset-{kind}", reset_text(lim.reset_s / speedup)),
+        ]
+    return tuple(out)
+
+
+def send_quota(resp: Responder, tenant: str, verdict: Verdict, speedup: float, rid: str) -> float:
+    """429 for a request over its quota, in OpenAI's shape (`type`: the bucket kind that
+    refused it, `code`: quota_exceeded): `retry-after-ms` exact to the bucket's refill
+    (rounded up to the millisecond), `Retry-After` in whole seconds rounded up, so neither
+    is earlier than the request can be admitted. Past the SDK's 120 s cap (or never: the
+    request costs more than the burst) `x-should-retry: false`, so SDK clients stop
+    instead of hammering. Returns the wait told, in wall seconds (inf: never)."""
+    wait = verdict.wait_s / speedup
+    kind = verdict.refused_by or "tokens"
+    headers: list[Header] = [("x-request-id", rid), *ratelimit_headers(verdict, speedup)]
+    if math.isfinite(wait):
+        ms = max(1, math.ceil(wait * 1000))
+        headers += [("retry-after", str(max(1, math.ceil(ms / 1000)))), ("retry-after-ms", str(ms))]
+        msg = f"tenant {tenant[:64]!r} is over its {kind} quota; retry after {ms / 1000:g} s"
+    else:
+        msg = f"this request costs more {kind} than tenant {tenant[:64]!r}'s quota allows at once"
+    if not math.isfinite(wait) or wait > SDK_MAX_RETRY_AFTER_S:
+        headers.append(("x-should-retry", "false"))
+    send_error(resp, 429, msg, kind, Reason.QUOTA, tuple(headers))
+    return wait
 
 
 def upstream_error(status: int, body: bytes) -> tuple[int, dict[str, Any]]:
@@ -100,12 +157,12 @@ def upstream_error(status: int, body: bytes) -> tuple[int, dict[str, Any]]:
     return mapped, {"error": out}
 
 
-def transport_error(exc: UpstreamError) -> tuple[int, str, str]:
-    """(status, message, code) for a failure to talk to the backend. The details (its
-    address, the OS error) are logged, not told to the client."""
+def failure_of(exc: UpstreamError) -> Failure:
+    """The failure kind of a failure to talk to the backend (refused, timed out, reset).
+    The details (its address, the OS error) are logged, not told to the client."""
     log.warning("backend failed: %s", exc)
     if isinstance(exc, UpstreamTimeout):
-        return 504, "the backend did not answer in time", "backend_timeout"
+        return Failure.TIMEOUT
     if isinstance(exc, Unreachable):
-        return 503, "the backend is unreachable", "backend_unreachable"
-    return 502, "the backend connection failed", "backend_error"
+        return Failure.REFUSED
+    return Failure.RESET

@@ -12,16 +12,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from burstguard.gateway.quota import BucketCharge, Verdict
 from burstguard.gateway.request import BackendState, GatewayRequest
+from burstguard.wire.outcomes import Reason
 
 # -- events: what happened ----------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class Arrive:
-    """A request was read whole and validated."""
+    """A request was read whole and validated. `quota`: its quota already charged by the
+    shell in the shared store (`GatewayCore.quota_plan`'s plan, through Redis); None: the
+    core charges its own buckets, each at 1/`quota_share` of its rate and burst (a gateway
+    replica's share while the shared store is unreachable)."""
 
     req: GatewayRequest
+    quota: Verdict | None = None
+    quota_share: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,11 +38,10 @@ class Tick:
 
 @dataclass(frozen=True, slots=True)
 class Scrape:
-    """A backend's metrics were read (`backend`: its URL; None: the only backend of a
-    core without a fleet)."""
+    """`backend`'s metrics were read (`backend`: its URL, the fleet's name for it)."""
 
     state: BackendState
-    backend: str | None = None
+    backend: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,16 +61,20 @@ class Finish:
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
-    """The client went away."""
+    """The client went away; `output_tokens`: what it had received (None: unknown), which
+    its quota is charged."""
 
     request_id: str
+    output_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Fail:
-    """The backend failed the request (an error went to the client)."""
+    """The backend failed the request (an error went to the client); `output_tokens`: what
+    its client had received (None: unknown), which its quota is charged."""
 
     request_id: str
+    output_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,27 +118,30 @@ Event = (
 
 @dataclass(frozen=True, slots=True)
 class Release:
-    """Send the request to `backend` now (the router's pick; None: a core without a fleet,
-    the only backend). `priority`: vLLM's `priority` field to set (None: leave it out).
+    """Send the request to `backend` now (the router's pick). `priority`: vLLM's `priority`
+    field to set (None: leave it out; set only for a backend that forwards it).
     `resumed`: it was preempted (or its backend failed after its first token) before;
     continue it where the client is. `failover`: a resend after its backend failed."""
 
     req: GatewayRequest
+    backend: str
     priority: int | None = None
     resumed: bool = False
-    backend: str | None = None
     failover: bool = False
+    quota: Verdict | None = None  # its quota's buckets after its admission (headers)
 
 
 @dataclass(frozen=True, slots=True)
 class Reject:
     """Answer 429 with this Retry-After (seconds of the core's clock). `reason`: queue_full,
-    deadline (at admission or expired in the queue), evicted, or no_backend (every
-    backend down longer than `fleet.health.max_outage_wait_s`)."""
+    deadline (at admission or expired in the queue), evicted, no_backend (every backend
+    down longer than `fleet.health.max_outage_wait_s`), or quota_exceeded (its tenant's
+    bucket: the Retry-After is exact, infinite when its cost exceeds the burst)."""
 
     req: GatewayRequest
-    reason: str
+    reason: Reason
     retry_after_s: float
+    quota: Verdict | None = None  # reason quota: the refusal; else the buckets (headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,4 +169,14 @@ class Forget:
     req: None = None
 
 
-Effect = Release | Reject | Preempt | Abandon | Forget
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """Settle the request's quota in the shared store (it was charged there): give each
+    bucket its amount back (negative: charge it). The core settles its own buckets
+    itself."""
+
+    req: GatewayRequest
+    amounts: tuple[tuple[BucketCharge, float], ...]
+
+
+Effect = Release | Reject | Preempt | Abandon | Forget | Settle

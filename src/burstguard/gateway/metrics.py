@@ -19,10 +19,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from burstguard.client.retry import RETRY_COUNT_HEADER
+from burstguard.wire.outcomes import Outcome
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-OUTCOMES = ("completed", "rejected", "cancelled", "failed")
-"""Every accepted or refused request ends in exactly one of these."""
 
 _WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 _LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -96,6 +95,8 @@ class GaugeSnapshot:
     backend_kv_usage: float | None = None
     fairness_tenants: Mapping[str, int] = field(default_factory=dict)  # class -> tracked
     tenant_overflow: Mapping[str, int] = field(default_factory=dict)  # class -> total
+    quota_buckets: int | None = None  # local quota buckets (None: no quotas configured)
+    quota_local_share: int | None = None  # N while quotas are enforced locally as quota/N
     extra: Mapping[str, float] = field(default_factory=dict)
 
 
@@ -190,6 +191,20 @@ class _SnapshotCollector(Collector):
         for name, n in s.tenant_overflow.items():
             overflow.add_metric([name], n)
         yield overflow
+        if s.quota_buckets is not None:  # no label per tenant: tenant ids are the client's
+            yield _gauge(
+                "burstguard_quota_buckets",
+                "Quota buckets this gateway holds itself (bounded by quotas.max_buckets)",
+                s.quota_buckets,
+            )
+        if s.quota_local_share is not None:
+            yield _gauge(
+                "burstguard_quota_local_share",
+                "1 while quotas are charged in the shared store (fleet.redis); N "
+                "(fleet.redis.replicas) while Redis is unreachable and this replica enforces "
+                "quota/N alone",
+                s.quota_local_share,
+            )
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -314,9 +329,10 @@ class GatewayMetrics:
         """A 429 sent, with the Retry-After its client was told."""
         self.retry_after_of(cls).observe(retry_after_s)
 
-    def ended(self, cls: str, outcome: str, reason: str | None = None) -> None:
+    def ended(self, cls: str, outcome: Outcome, reason: str | None = None) -> None:
+        """The request's one outcome (`llm_request_total`); a shed one's reason too."""
         self.requests_of(cls, outcome).inc()
-        if outcome == "rejected":
+        if outcome is Outcome.REJECTED:
             self.rejections_of(cls, reason or "unknown").inc()
 
     def limit_tripped(self, reason: str) -> None:

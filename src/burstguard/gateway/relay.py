@@ -23,8 +23,8 @@ import json
 import re
 from typing import Any
 
-from burstguard.emulator.tokens import count_tokens
 from burstguard.sse import says_why_it_ended
+from burstguard.wire.tokens import count_tokens
 
 _SSE_TAIL = 4096
 _FOLD_AT = 2 * _SSE_TAIL  # listed read bytes that make `SseRelay` join them into its tail

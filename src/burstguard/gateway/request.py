@@ -25,6 +25,7 @@ class GatewayRequest:
     resumable: bool = True  # the shell can continue it after a preemption (a token-id
     # prompt's stream cannot be continued with text: its class's preemptions skip it)
     prefix_hashes: tuple[int, ...] = ()  # its prompt's leading block hashes (prefix affinity)
+    key_id: str | None = None  # its API key's id (`quota.key_id`), for a key's own quota
 
 
 @dataclass(frozen=True, slots=True)

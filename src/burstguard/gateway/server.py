@@ -58,7 +58,7 @@ import orjson
 
 from burstguard.autoscale.live import LiveScaler, ScalingCollector
 from burstguard.autoscale.signals import gateway_signals
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
 from burstguard.gateway.api import (
     BadRequest,
     ChatCompletionRequest,
@@ -68,15 +68,18 @@ from burstguard.gateway.api import (
     parse_request,
 )
 from burstguard.gateway.auth import AuthError, Identity, KeyAuthenticator
-from burstguard.gateway.config import AutoscalerConfig, BackendConfig, GatewayConfig
+from burstguard.gateway.classify import Classifier
+from burstguard.gateway.config import AutoscalerConfig, GatewayConfig
 from burstguard.gateway.core import TICK_S, GatewayCore
 from burstguard.gateway.errors import (
     JSON_HEADER,
+    failure_of,
     json_bytes,
+    ratelimit_headers,
     send_error,
     send_json,
+    send_quota,
     send_shed,
-    transport_error,
     upstream_error,
 )
 from burstguard.gateway.events import (
@@ -96,25 +99,23 @@ from burstguard.gateway.events import (
     Reject,
     Release,
     Scrape,
+    Settle,
     Tick,
 )
+from burstguard.gateway.failure import Failure
 from burstguard.gateway.fleet.fleet import Fleet
 from burstguard.gateway.fleet.metrics import FleetCollector
 from burstguard.gateway.fleet.monitor import FleetMonitor
 from burstguard.gateway.fleet.shared_state import SharedState
-from burstguard.gateway.http import HttpRequest, HttpServer, Responder
 from burstguard.gateway.metrics import CONTENT_TYPE, GatewayMetrics, GaugeSnapshot, is_retry
+from burstguard.gateway.quota import Verdict
 from burstguard.gateway.relay import SseRelay, json_tokens, resume_body, upstream_body
 from burstguard.gateway.request import BackendState, GatewayRequest
-from burstguard.gateway.upstream import (
-    UPSTREAM_IDLE_S,
-    Call,
-    Unreachable,
-    UpstreamError,
-    UpstreamPool,
-    UpstreamTimeout,
-)
+from burstguard.http.client import UPSTREAM_IDLE_S, Call, UpstreamError, UpstreamPool
+from burstguard.http.server import HttpRequest, HttpServer, Responder
 from burstguard.tokenizer import ModelCounters
+from burstguard.wire.outcomes import Outcome, Reason
+from burstguard.wire.prefix import block_hashes
 
 access_log = logging.getLogger("burstguard.gateway.access")
 log = logging.getLogger("burstguard.gateway")
@@ -134,8 +135,8 @@ class _Exchange:
     arrival: float  # the request read whole (HttpRequest.received)
     prompt_tokens: int
     own_s: float = 0.0  # the gateway's own time before the upstream write, queue wait excluded
-    outcome: str | None = None
-    reason: str | None = None
+    outcome: Outcome | None = None
+    reason: str | None = None  # a Reason, or the backend's error code
     status: int = 0
     queue_wait_s: float | None = None
     ttft_s: float | None = None
@@ -147,6 +148,8 @@ class _Exchange:
     lease: str | None = None  # the backend whose shared (Redis) slot it holds
     resumed_on_failover: int = 0  # its stream went on elsewhere after its backend failed
     failure: tuple[int, dict[str, Any]] | None = None  # the last backend failure's answer
+    quota: Verdict | None = None  # its quota's buckets after admission (x-ratelimit-*)
+    relay: SseRelay | None = None  # a stream's relay (what its client received so far)
 
 
 class Gateway:
@@ -155,16 +158,14 @@ class Gateway:
     def __init__(self, config: GatewayConfig) -> None:
         discovery = config.fleet.discovery
         if not config.backends and discovery.dns is None and discovery.file is None:
-            raise UserError("backends: at least one backend is required (or pass --backend URL)")
+            raise ConfigError("backends: at least one backend is required (or pass --backend URL)")
         self.config = config
         self._clock = time.monotonic  # the HTTP server stamps requests on it too
         self.fleet = Fleet(config.fleet, (), self._clock())  # its clock: wall seconds
         self.core = GatewayCore(config, self.fleet)
         self.auth = KeyAuthenticator(config.api_keys)
         self._speedup = config.engine_speedup  # the core's clock: engine seconds
-        # one tokenizer for the fleet: the first backend entry's (discovered ones copy it)
-        first = config.backends[0] if config.backends else BackendConfig(url="http://discovered")
-        self.prompt_counters = ModelCounters(first.tokenizer)
+        self.prompt_counters = ModelCounters(config.prompt_tokenizer)
         self.metrics = GatewayMetrics(self._snapshot, self._clock)
         self.shared = SharedState(config.fleet.redis) if config.fleet.redis.url else None
         self.metrics.registry.register(FleetCollector(self.fleet, self._clock, self.shared))
@@ -178,9 +179,7 @@ class Gateway:
         self._syncer: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._arrivals = 0
-        self._resume = any(b.resume for b in config.backends)
-        self._class_names = {c.name for c in config.classes}
-        self._by_rank = sorted(config.classes, key=lambda c: c.rank)
+        self.classifier = Classifier(config)
         self._tenant_header = config.tenant_header.lower()
         self._class_header = config.class_header.lower()
         self._openapi = json_bytes(openapi_schema())
@@ -221,7 +220,7 @@ class Gateway:
 
     async def start(self) -> None:
         """Discovery, scrapers and probes, Redis; a source that fails at start (an
-        unresolvable name, an unreadable file, a required Redis) is a UserError naming
+        unresolvable name, an unreadable file, a required Redis) is a ConfigError naming
         its field."""
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=UPSTREAM_IDLE_S)
         self._session = aiohttp.ClientSession(
@@ -284,7 +283,7 @@ class Gateway:
         """`backend`'s keep-alive pool (made on first use, with its config's timeouts)."""
         pool = self._pools.get(backend)
         if pool is None:
-            b = self.config.backend_config(backend)
+            b = self.core.backend_options(backend)
             pool = self._pools[backend] = UpstreamPool(
                 backend, b.connect_timeout_s, b.read_timeout_s
             )
@@ -316,6 +315,10 @@ class Gateway:
             ex.lease = None
 
     def _carry_out(self, effect: Effect) -> None:
+        if isinstance(effect, Settle):  # the request's quota, charged in Redis, settled
+            if self.shared is not None:
+                self.shared.settle_quota_soon(effect.amounts, self._speedup)
+            return
         if isinstance(effect, Forget):  # a drained backend left the fleet
             if self.monitor is not None:
                 self.monitor.forget(effect.backend)
@@ -406,26 +409,11 @@ class Gateway:
     def _classify(
         self, ident: Identity | None, headers: dict[str, str], gen: GenerationRequest
     ) -> tuple[str, str]:
-        """(class, tenant): the key's tier and tenant win; then headers; then `priority`."""
-        tenant = ident.tenant if ident else None
-        tenant = tenant or headers.get(self._tenant_header) or self.config.default_tenant
-        if len(tenant) > (most := self.config.limits.max_tenant_chars):
-            raise BadRequest(f"{self.config.tenant_header}: longer than {most} characters")
-        if ident is not None:
-            return ident.tier, tenant
+        """(class, tenant) by the rule the simulator applies too (`gateway.classify`)."""
+        key_tier, key_tenant = (ident.tier, ident.tenant) if ident is not None else (None, None)
+        tenant = self.classifier.tenant(key_tenant, headers.get(self._tenant_header))
         named = headers.get(self._class_header)
-        if named is not None:
-            if named not in self._class_names:
-                known = ", ".join(sorted(self._class_names))
-                header = self.config.class_header
-                raise BadRequest(f"{header}: {named[:64]!r} is not one of {known}")
-            return named, tenant
-        if gen.priority is not None:  # vLLM's convention: lower runs first
-            for c in self._by_rank:
-                if c.rank >= gen.priority:
-                    return c.name, tenant
-            return self._by_rank[-1].name, tenant
-        return self.config.default_class, tenant
+        return self.classifier.classify(key_tier, named, gen.priority), tenant
 
     # -- generation -----------------------------------------------------------------
 
@@ -453,12 +441,20 @@ class Gateway:
         # a stream of token ids (or of several prompts) cannot be continued with text
         prompts = gen.prompts() if isinstance(gen, CompletionRequest) else [""]
         resumable = not gen.stream or (len(prompts) == 1 and isinstance(prompts[0], str))
+        router = self.config.fleet.router
+        hashes = (
+            block_hashes(gen.cache_text(), router.block_tokens, router.affinity_blocks)
+            if router.affinity
+            else ()
+        )
         gr = GatewayRequest(rid, arrival * self._speedup, prompt_tokens, gen.output_limit(),
-                            cls, tenant, req.path, resumable)  # fmt: skip
+                            cls, tenant, req.path, resumable, prefix_hashes=hashes,
+                            key_id=ident.key_id if ident is not None else None)  # fmt: skip
+        arrive = await self._charge_quota(gr)
         ex.own_s = self._clock() - arrival  # read to the core; the rest is added at release
         fut: asyncio.Future[Effect] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut
-        self.event(Arrive(gr))
+        self.event(arrive)
         try:
             await self._serve(req, resp, ex, fut, gen, data)
         except asyncio.CancelledError:
@@ -466,10 +462,10 @@ class Gateway:
                 self._end_unexpected(ex)
                 raise
             if ex.outcome is None:  # the client hung up, or was cut for not reading
-                ex.outcome = "cancelled"
-                ex.reason = "client_stalled" if resp.stalled else None
+                ex.outcome = Outcome.CANCELLED
+                ex.reason = Reason.CLIENT_STALLED if resp.stalled else None
                 self._waiting.pop(rid, None)
-                self.event(Cancel(rid))
+                self.event(Cancel(rid, self._received(ex)))
         except Exception:
             log.exception("request %s failed in the gateway", rid)
             self._end_unexpected(ex)
@@ -480,11 +476,38 @@ class Gateway:
             self._running.pop(rid, None)
         self._close(ex)
 
+    async def _charge_quota(self, gr: GatewayRequest) -> Arrive:
+        """The request's arrival; with fleet.redis, its quota charged in Redis first (the
+        core's plan, the core's verdict to take), or, Redis unreachable, left to the core
+        at quota / replicas."""
+        if self.shared is None:
+            return Arrive(gr)
+        plan = self.core.quota_plan(gr)
+        if plan is None:
+            return Arrive(gr)
+        try:
+            verdict = await self.shared.charge_quota(plan, self._speedup)
+        except asyncio.CancelledError:  # its client left: whatever was charged goes back
+            self.shared.settle_quota_soon([(c, c.cost) for c in plan.charges], self._speedup)
+            raise
+        if verdict is None:
+            return Arrive(gr, quota_share=self.config.fleet.redis.replicas)
+        return Arrive(gr, quota=verdict)
+
+    @staticmethod
+    def _received(ex: _Exchange) -> int | None:
+        """Output tokens its client holds (a stream's, counted so far; None: unknown)."""
+        if ex.output_tokens:
+            return ex.output_tokens
+        if ex.relay is not None and ex.stream:
+            return ex.relay.tokens()
+        return None if ex.backends else 0
+
     def _end_unexpected(self, ex: _Exchange) -> None:
         if ex.outcome is None:
-            ex.outcome = "failed"
+            ex.outcome = Outcome.FAILED
             self._waiting.pop(ex.rid, None)
-            self.event(Fail(ex.rid))
+            self.event(Fail(ex.rid, self._received(ex)))
 
     async def _serve(
         self, req: HttpRequest, resp: Responder, ex: _Exchange,
@@ -494,22 +517,33 @@ class Gateway:
         the backend it names, again after each preemption, failover or refused lease."""
         chat = ex.route.endswith("chat/completions")
         opts = gen.stream_options
-        keep = ex.stream and self._resume
-        relay = SseRelay(chat, strip_usage=not (opts is not None and opts.include_usage),
-                         keep_text=keep)  # fmt: skip
+        relay: SseRelay | None = None  # made at the first release, for its backend
         while True:
             effect = await fut
             if isinstance(effect, Reject):
-                ex.outcome, ex.reason, ex.status = "rejected", effect.reason, 429
+                ex.outcome, ex.reason, ex.status = Outcome.REJECTED, effect.reason, 429
+                if effect.reason == Reason.QUOTA and effect.quota is not None:
+                    wait = send_quota(resp, ex.tenant, effect.quota, self._speedup, ex.rid)
+                    if math.isfinite(wait):
+                        self.metrics.shed(ex.cls, max(1, math.ceil(wait)))
+                    return
+                extra = ratelimit_headers(effect.quota, self._speedup)
                 told = send_shed(resp, ex.cls, effect.reason, effect.retry_after_s / self._speedup,
-                                 ex.rid)  # fmt: skip
+                                 ex.rid, extra)  # fmt: skip
                 self.metrics.shed(ex.cls, told)
                 return
             if isinstance(effect, Abandon):
                 self._abandoned(resp, ex, effect.outcome)
                 return
-            assert isinstance(effect, Release) and effect.backend is not None
+            assert isinstance(effect, Release)
             backend = effect.backend
+            if effect.quota is not None:
+                ex.quota = effect.quota
+            if relay is None:  # a stream keeps its text where its backend can resume it
+                keep = ex.stream and self.core.backend_options(backend).resume
+                relay = SseRelay(chat, strip_usage=not (opts is not None and opts.include_usage),
+                                 keep_text=keep)  # fmt: skip
+                ex.relay = relay
             released = self._clock()
             if ex.queue_wait_s is None:
                 ex.queue_wait_s = released - ex.arrival
@@ -581,10 +615,10 @@ class Gateway:
                 code, payload = upstream_error(status, raw)
                 self.metrics.errors.labels(f"http_{status}").inc()
                 if status >= 500:  # the backend's fault: another may serve it
-                    self._backend_failed(ex, "status_5xx", code, payload)
+                    self._backend_failed(ex, Failure.STATUS_5XX, code, payload)
                     return
-                ex.outcome, ex.reason = "failed", f"backend_{status}"
-                self.event(Fail(ex.rid))
+                ex.outcome, ex.reason = Outcome.FAILED, f"backend_{status}"
+                self.event(Fail(ex.rid, self._received(ex)))
                 if resp.started:  # a resumed stream the backend refused: end it in-band
                     resp.end(b"data: " + json_bytes(payload) + b"\n\n")
                 else:
@@ -601,24 +635,21 @@ class Gateway:
         except UpstreamError as exc:
             if ex.preempted:
                 return
-            http_status, message, err_code = transport_error(exc)
-            self.metrics.errors.labels(err_code).inc()
-            err = {"message": message, "type": "upstream_error", "param": None, "code": err_code}
-            reason = ("connect" if isinstance(exc, Unreachable)
-                      else "timeout" if isinstance(exc, UpstreamTimeout) else "reset")  # fmt: skip
-            self._backend_failed(ex, reason, http_status, {"error": err})
+            failure = failure_of(exc)
+            self.metrics.errors.labels(failure.code).inc()
+            self._backend_failed(ex, failure, failure.status, failure.error())
         finally:
             ex.call = None
             if call is not None:
                 call.abort()  # a no-op once the answer ended; else the engine frees the KV
 
     def _backend_failed(
-        self, ex: _Exchange, reason: str, status: int, payload: dict[str, Any]
+        self, ex: _Exchange, failure: Failure, status: int, payload: dict[str, Any]
     ) -> None:
         """Tells the core; its answer (failover, queued again, Abandon) comes to the
         request's future. `started`: the client holds tokens (only a resume can go on)."""
         ex.failure = (status, payload)
-        self.event(BackendFailed(ex.rid, reason, started=ex.ttft_s is not None))
+        self.event(BackendFailed(ex.rid, failure.reason, started=ex.ttft_s is not None))
 
     def _abandoned(self, resp: Responder, ex: _Exchange, outcome: str) -> None:
         """Its backend failed it and the core gave up (`outcome`): the last failure goes to
@@ -626,7 +657,7 @@ class Gateway:
         status, payload = ex.failure or (502, {"error": {
             "message": "backend failed", "type": "upstream_error", "param": None,
             "code": "backend_error"}})  # fmt: skip
-        ex.outcome, ex.reason = "failed", str(payload["error"].get("code"))
+        ex.outcome, ex.reason = Outcome.FAILED, str(payload["error"].get("code"))
         if outcome != "not_retryable":
             ex.reason += f"+{outcome}"
         if resp.started:
@@ -675,6 +706,7 @@ class Gateway:
                     ("content-type", call.content_type or "text/event-stream"),
                     ("cache-control", "no-cache"), ("x-request-id", ex.rid),
                     ("x-burstguard-class", ex.cls),
+                    *ratelimit_headers(ex.quota, self._speedup),
                 ])  # fmt: skip
             resp.on_writable = lambda: call.pause(False)
             call.stream_to(sink)
@@ -688,14 +720,13 @@ class Gateway:
         await call.finished()
         ex.output_tokens = relay.tokens()
         if relay.finished():
-            ex.outcome = "completed"
+            ex.outcome = Outcome.COMPLETED
             self.metrics.output_tokens_of(ex.cls).inc(ex.output_tokens)
             self.event(Finish(ex.rid, ex.output_tokens))
         else:  # the backend ended it early (it died, or llama-cpp-python's cut)
-            self.metrics.errors.labels("backend_cut_stream").inc()
-            err = {"message": "the backend ended the stream early", "type": "upstream_error",
-                   "param": None, "code": "backend_cut_stream"}  # fmt: skip
-            self._backend_failed(ex, "reset", 502, {"error": err})
+            cut = Failure.CUT_STREAM
+            self.metrics.errors.labels(cut.code).inc()
+            self._backend_failed(ex, cut, cut.status, cut.error())
             return
         resp.end()
 
@@ -703,18 +734,18 @@ class Gateway:
         raw = await call.read()
         tokens = json_tokens(raw)
         if tokens is None:  # a 200 that is no OpenAI answer: another backend may serve it
-            self.metrics.errors.labels("bad_answer").inc()
-            err = {"message": "the backend's answer was not JSON", "type": "upstream_error",
-                   "param": None, "code": "bad_answer"}  # fmt: skip
-            self._backend_failed(ex, "bad_answer", 502, {"error": err})
+            bad = Failure.NOT_JSON
+            self.metrics.errors.labels(bad.code).inc()
+            self._backend_failed(ex, bad, bad.status, bad.error())
             return
         ex.output_tokens = tokens
-        ex.outcome, ex.status = "completed", 200
+        ex.outcome, ex.status = Outcome.COMPLETED, 200
         self.metrics.output_tokens_of(ex.cls).inc(ex.output_tokens)
         self.event(Finish(ex.rid, ex.output_tokens))
         resp.send(200, raw, [
             ("content-type", call.content_type or "application/json"),
             ("x-request-id", ex.rid), ("x-burstguard-class", ex.cls),
+            *ratelimit_headers(ex.quota, self._speedup),
         ])  # fmt: skip
 
     def _refuse(self, resp: Responder, status: int, message: str, code: str) -> None:
@@ -725,7 +756,7 @@ class Gateway:
 
     def _close(self, ex: _Exchange) -> None:
         """Counts the outcome once and writes the request's log line."""
-        outcome = ex.outcome or "failed"
+        outcome = ex.outcome or Outcome.FAILED
         self.metrics.ended(ex.cls, outcome, ex.reason)
         if self.shared is not None and ex.backends:  # the tenant's service, for all replicas
             self.shared.charge_tenant(ex.cls, ex.tenant, ex.prompt_tokens + ex.output_tokens)
@@ -811,7 +842,16 @@ class Gateway:
             backend_kv_usage=b.kv_usage if b is not None else None,
             fairness_tenants=s.fairness_tenants,
             tenant_overflow=s.tenant_overflow,
+            quota_buckets=s.quota_buckets if self.core.quotas.enabled else None,
+            quota_local_share=self._quota_share(),
         )
+
+    def _quota_share(self) -> int | None:
+        """N while this replica enforces quota/N alone (Redis lost), 1 while Redis charges
+        quotas, None without quotas or without Redis."""
+        if self.shared is None or not self.core.quotas.enabled:
+            return None
+        return self.config.fleet.redis.replicas if self.shared.degraded else 1
 
 
 Route = Callable[[HttpRequest, Responder], Awaitable[None]]

@@ -17,7 +17,7 @@ from burstguard.bench.compare import (
     compare_baseline,
 )
 from burstguard.bench.records import RequestRecord, read_records
-from burstguard.bench.summary import read_summary
+from burstguard.bench.summary import merge_shards, read_summary
 from burstguard.errors import UserError
 
 
@@ -28,15 +28,33 @@ def summary_path(path: Path) -> Path:
 
 def load_run(path: Path) -> tuple[dict[str, Any], list[RequestRecord]]:
     """A run's summary and, when `records.jsonl` lies beside it, its records (else none:
-    reports then draw from the summary's series alone)."""
-    spath = summary_path(path)
+    reports then draw from the summary's series alone). A directory of `bench --shard`
+    runs (one per subdirectory) is merged into the one run they sent together."""
     try:
-        summary = read_summary(spath)
-        rpath = spath.parent / "records.jsonl"
-        records = list(read_records(rpath)) if rpath.is_file() else []
+        shards = shard_runs(path)
+        if shards:
+            return merge_shards([_read_run(p) for p in shards])
+        return _read_run(summary_path(path))
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    return summary, records
+
+
+def _read_run(spath: Path) -> tuple[dict[str, Any], list[RequestRecord]]:
+    summary = read_summary(spath)
+    rpath = spath.parent / "records.jsonl"
+    return summary, list(read_records(rpath)) if rpath.is_file() else []
+
+
+def shard_runs(path: Path) -> list[Path]:
+    """The summaries of the shard runs in directory `path` (none for a plain run)."""
+    if not path.is_dir() or (path / "summary.json").is_file():
+        return []
+    found = []
+    for spath in sorted(path.glob("*/summary.json")):
+        shard = read_summary(spath).get("shard")
+        if isinstance(shard, list) and len(shard) == 2 and shard[1] > 1:
+            found.append(spath)
+    return found
 
 
 def leg_label(path: Path) -> str:

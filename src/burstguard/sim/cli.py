@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -16,14 +16,17 @@ from burstguard.engine.config import EngineConfig
 from burstguard.engine.options import engine_options
 from burstguard.engine.profile import Profile
 from burstguard.errors import UserError, check_writable
+from burstguard.sim.defaults import MAX_REPLICAS, fleet_gateway
 from burstguard.workload.options import TraceFileOption, TraceFormatOption, pattern_options
 from burstguard.workload.synth import PatternSpec
 
 if TYPE_CHECKING:
+    from burstguard.autoscale import ScalingPolicy
+    from burstguard.bench.summary import Slo
     from burstguard.gateway.config import GatewayConfig
+    from burstguard.sim.faults import Fault
     from burstguard.sim.loop import SimResult
-
-MAX_REPLICAS = 1024  # replicas one simulation starts with at most (each is an engine core)
+    from burstguard.workload.spec import Workload
 
 
 @pattern_options()
@@ -124,11 +127,21 @@ def sim(
         str | None,
         typer.Option(
             "--scenario",
-            help="steady-vs-burst: --concurrency users (32), then the seed's bursts at their rate.",
+            help="steady-vs-burst: --concurrency users (32), or Poisson at --pattern's --rate, "
+            "then the seed's bursts at the rate the steady leg measured (as bench).",
         ),
     ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="--scenario: directory for both legs.")
+    ] = None,
+    faults: Annotated[
+        Path | None,
+        typer.Option(
+            "--faults",
+            help="Kill or stall replicas on a schedule (YAML or JSON list of {replica: R, at: "
+            "T, kind: kill|stall, restart_after: D}, engine seconds); needs --gateway or "
+            "--autoscaler.",
+        ),
     ] = None,
 ) -> None:
     """Simulate one engine (or, with --gateway or --autoscaler, replicas behind the
@@ -137,114 +150,230 @@ def sim(
     The load is one of --trace, --pattern (open loop), --concurrency N (closed loop),
     --burst-cycle (the seed's closed burst cycle), or --scenario steady-vs-burst (both of
     the seed's legs and compare's verdict, as `bench --scenario` on a live server)."""
-    from burstguard.bench.records import write_records
-    from burstguard.bench.summary import Slo, write_summary
-    from burstguard.sim.loop import add_hop_latency, simulate
-    from burstguard.workload.synth import synthesize
-    from burstguard.workload.traces import load_workload
-
     if scenario is not None:
         if scenario != "steady-vs-burst" or out is None:
             raise UserError("--scenario steady-vs-burst needs --out DIR")
-        if trace is not None or pattern_spec is not None or burst_cycle or gateway is not None:
-            raise UserError("--scenario makes its own legs: no --trace/--pattern/--burst-cycle")
-        concurrency = concurrency or 32
-        return _scenario(out, shape_spec, engine_config, profile, concurrency, think_time,
-                         ramp_up, slo)  # fmt: skip
+        if trace is not None or burst_cycle or gateway is not None:
+            raise UserError("--scenario makes its own legs: no --trace/--burst-cycle/--gateway")
+        setup = _Setup(profile, engine_config, _slo(slo), None, None)
+        rate = pattern_spec.rate if pattern_spec is not None else None
+        return _scenario(setup, out, shape_spec, rate, concurrency, think_time, ramp_up)
     closed = concurrency is not None or burst_cycle
+    _check_load(trace, pattern_spec, concurrency, burst_cycle, think_time, ramp_up)
+    if closed and gateway is not None:
+        raise UserError("--gateway runs open-loop loads only (--trace or --pattern)")
+    if closed and hop_latency_s:
+        raise UserError("--hop-latency-s applies to open-loop loads only (--trace or --pattern)")
+    setup = _Setup(profile, engine_config, _slo(slo), json_out, records_out)
+    scaling, replicas = _scaling(autoscaler, min_replicas, max_replicas, cold_start_s, replicas,
+                                 closed)  # fmt: skip
+    if replicas > 1 and gateway is None and scaling is None:
+        raise UserError("--replicas: needs --gateway CONFIG (the router that spreads them)")
+    fleet = not closed and (gateway is not None or scaling is not None)
+    schedule = () if faults is None else _faults(faults, replicas, fleet)
+    if closed:
+        result, extra = _closed(setup, shape_spec, concurrency, think_time, ramp_up, burst_cycle)
+        return _report(setup, result, shape_spec.duration_s, extra)
+    gateway_config = _gateway_config(gateway, scaling)  # before the workload: fails fast
+    workload = _open_workload(trace, trace_format, pattern_spec)
+    if gateway_config is not None:
+        source = str(gateway) if gateway else "default (fleet)"
+        result, extra = _fleet(setup, workload, gateway_config, source, replicas, scaling,
+                               autoscaler, schedule)  # fmt: skip
+    else:
+        from burstguard.sim.loop import simulate
+
+        result = simulate(workload, engine_config, profile, progress=_progress_of(workload))
+        extra = {}
+    from burstguard.sim.loop import add_hop_latency
+
+    add_hop_latency(result.records, hop_latency_s)
+    last = float(workload.arrival_s[-1])
+    duration = pattern_spec.duration_s if pattern_spec is not None else last
+    _report(setup, result, duration, extra)
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What every mode shares: the engine, the SLO and where the results go."""
+
+    profile: Profile
+    engine: EngineConfig
+    slo: Slo
+    json_out: Path | None
+    records_out: Path | None
+
+    def __post_init__(self) -> None:
+        for flag, path in (("--json", self.json_out), ("--records", self.records_out)):
+            if path is not None:
+                check_writable(path, flag)
+
+    def summary(self, result: SimResult, duration: float, extra: dict[str, Any]) -> dict[str, Any]:
+        """The run's summary (bench's format, `source: sim`)."""
+        from burstguard.bench.summary import prefix_cache_block, summarize
+
+        return summarize(
+            result.records, duration_s=duration, slo=self.slo, source="sim",
+            extra={"preemptions": result.preemptions, "steps": result.steps,
+                   "profile": self.profile.name, "engine": asdict(self.engine),
+                   "server_series": result.series,
+                   "prefix_cache": prefix_cache_block(*result.prefix_cache), **extra},
+        )  # fmt: skip
+
+
+def _slo(text: str) -> Slo:
+    from burstguard.bench.summary import Slo
+
+    try:
+        return Slo.parse(text)
+    except ValueError as exc:
+        raise UserError(f"--slo: {exc}") from None
+
+
+def _check_load(
+    trace: Path | None,
+    pattern_spec: PatternSpec | None,
+    concurrency: int | None,
+    burst_cycle: bool,
+    think_time: float,
+    ramp_up: float | None,
+) -> None:
+    """Exactly one load, with sane closed-loop figures."""
     chosen = (trace is not None) + (pattern_spec is not None) + (concurrency is not None)
     if chosen + burst_cycle != 1:
         raise UserError(
             "give exactly one of --trace FILE, --pattern NAME, --concurrency N, --burst-cycle"
         )
-    if closed and gateway is not None:
-        raise UserError("--gateway runs open-loop loads only (--trace or --pattern)")
-    if closed and hop_latency_s:
-        raise UserError("--hop-latency-s applies to open-loop loads only (--trace or --pattern)")
     if concurrency is not None and concurrency < 1:
         raise UserError("--concurrency must be >= 1")
     if think_time < 0 or (ramp_up or 0.0) < 0:
         raise UserError("--think-time and --ramp-up must be >= 0")
-    try:
-        slo_target = Slo.parse(slo)
-    except ValueError as exc:
-        raise UserError(f"--slo: {exc}") from None
-    for flag, path in (("--json", json_out), ("--records", records_out)):
-        if path is not None:
-            check_writable(path, flag)
-    gateway_config = None
-    scaling = None
-    if autoscaler is None and (min_replicas, max_replicas, cold_start_s) != (None,) * 3:
-        raise UserError("--min-replicas, --max-replicas, --cold-start-s need --autoscaler")
-    if autoscaler is not None:
-        from burstguard.autoscale import load_policy
 
-        if closed:
-            raise UserError("--autoscaler runs open-loop loads only (--trace or --pattern)")
-        scaling = load_policy(autoscaler).with_overrides(
-            min_replicas=min_replicas, max_replicas=max_replicas, cold_start_s=cold_start_s
+
+def _scaling(
+    autoscaler: str | None,
+    min_replicas: int | None,
+    max_replicas: int | None,
+    cold_start_s: float | None,
+    replicas: int,
+    closed: bool,
+) -> tuple[ScalingPolicy | None, int]:
+    """The autoscaler's policy (None without --autoscaler) and the replicas to start with."""
+    if autoscaler is None:
+        if (min_replicas, max_replicas, cold_start_s) != (None,) * 3:
+            raise UserError("--min-replicas, --max-replicas, --cold-start-s need --autoscaler")
+        return None, replicas or 1
+    from burstguard.autoscale import load_policy
+
+    if closed:
+        raise UserError("--autoscaler runs open-loop loads only (--trace or --pattern)")
+    scaling = load_policy(autoscaler).with_overrides(
+        min_replicas=min_replicas, max_replicas=max_replicas, cold_start_s=cold_start_s
+    )
+    replicas = replicas or scaling.min_replicas
+    if not scaling.min_replicas <= replicas <= scaling.max_replicas:
+        raise UserError(
+            f"--replicas {replicas}: outside the policy's {scaling.min_replicas}.."
+            f"{scaling.max_replicas} (--min-replicas / --max-replicas)"
         )
-        replicas = replicas or scaling.min_replicas
-        if not scaling.min_replicas <= replicas <= scaling.max_replicas:
-            raise UserError(
-                f"--replicas {replicas}: outside the policy's {scaling.min_replicas}.."
-                f"{scaling.max_replicas} (--min-replicas / --max-replicas)"
-            )
-        if replicas < 1:
-            raise UserError("--replicas: the simulation starts with at least one replica")
-        if replicas > MAX_REPLICAS:
-            raise UserError(
-                f"--min-replicas {replicas}: the simulation starts at most {MAX_REPLICAS} replicas"
-            )
-    replicas = replicas or 1
-    if replicas > 1 and gateway is None and scaling is None:
-        raise UserError("--replicas: needs --gateway CONFIG (the router that spreads them)")
-    if gateway is not None:  # before the workload: a bad config fails fast
+    if replicas < 1:
+        raise UserError("--replicas: the simulation starts with at least one replica")
+    if replicas > MAX_REPLICAS:
+        raise UserError(
+            f"--min-replicas {replicas}: the simulation starts at most {MAX_REPLICAS} replicas"
+        )
+    return scaling, replicas
+
+
+def _open_workload(
+    trace: Path | None, trace_format: str | None, pattern_spec: PatternSpec | None
+) -> Workload:
+    from burstguard.workload.synth import synthesize
+    from burstguard.workload.traces import load_workload
+
+    if trace is not None:
+        workload = load_workload(trace, trace_format)
+    else:
+        assert pattern_spec is not None
+        workload = synthesize(pattern_spec)
+    if len(workload) == 0:
+        raise UserError("the workload has no requests")
+    return workload
+
+
+def _progress_of(workload: Workload) -> Callable[[float], None]:
+    return sim_progress(float(workload.arrival_s[-1]), len(workload))
+
+
+def _faults(path: Path, replicas: int, fleet: bool) -> tuple[Fault, ...]:
+    """The --faults schedule, checked against the replicas the run starts with."""
+    from burstguard.sim.faults import FaultFileError, check_replicas, load_faults
+
+    if not fleet:
+        raise UserError("--faults needs a fleet: --gateway CONFIG or --autoscaler, open loop")
+    try:
+        schedule = load_faults(path)
+        check_replicas(schedule, replicas, str(path))
+    except FaultFileError as exc:
+        raise UserError(f"--faults: {exc}") from None
+    return schedule
+
+
+def _gateway_config(gateway: Path | None, scaling: ScalingPolicy | None) -> GatewayConfig | None:
+    """The gateway in front of the replicas: --gateway's, the default one in front of an
+    autoscaled fleet, or none (one engine, straight)."""
+    if gateway is not None:
         from burstguard.gateway.config import GatewayConfig
 
-        gateway_config = GatewayConfig.load(gateway)
-    elif scaling is not None:
-        gateway_config = fleet_gateway(scaling.max_replicas)
-    extra: dict[str, Any] = {}
-    result: SimResult
-    if closed:
-        result, extra = _closed(
-            shape_spec, engine_config, profile, concurrency, think_time, ramp_up, burst_cycle
-        )
-        duration = shape_spec.duration_s
-    else:
-        workload = load_workload(trace, trace_format) if trace else synthesize(pattern_spec)  # type: ignore[arg-type]
-        if len(workload) == 0:
-            raise UserError("the workload has no requests")
-        progress = sim_progress(float(workload.arrival_s[-1]), len(workload))
-        if gateway_config is not None:
-            from burstguard.sim.gateway_loop import gateway_summary, simulate_gateway
+        return GatewayConfig.load(gateway)
+    return None if scaling is None else fleet_gateway(scaling.max_replicas)
 
-            gw_result = simulate_gateway(
-                workload, engine_config, profile, gateway_config, replicas, scaling=scaling,
-                progress=progress,
-            )  # fmt: skip
-            extra["gateway"] = gateway_summary(
-                gw_result, gateway_config, source=str(gateway) if gateway else "default (fleet)"
-            )
-            extra["gateway"]["routed"] = gw_result.routed
-            if gw_result.scaling is not None:
-                extra.update(gw_result.scaling)
-                extra["autoscaler"] = {"policy": autoscaler, "kind": scaling.kind}  # type: ignore[union-attr]
-            else:
-                extra["replica_seconds"] = replicas * gw_result.end_s
-            result = gw_result
-        else:
-            result = simulate(workload, engine_config, profile, progress=progress)
-        add_hop_latency(result.records, hop_latency_s)
-        duration = float(workload.arrival_s[-1]) if len(workload) else 0.0
-        if pattern_spec is not None:
-            duration = pattern_spec.duration_s
-    summary = _summary(result, duration, slo_target, profile, engine_config, extra)
-    if json_out:
-        write_summary(json_out, summary)
-    if records_out:
-        write_records(records_out, result.records)
+
+def _fleet(
+    setup: _Setup,
+    workload: Workload,
+    config: GatewayConfig,
+    source: str,
+    replicas: int,
+    scaling: ScalingPolicy | None,
+    autoscaler: str | None,
+    faults: tuple[Fault, ...],
+) -> tuple[SimResult, dict[str, Any]]:
+    """Open loop through the gateway core into `replicas` replicas (or an autoscaled fleet),
+    with `faults` on their schedule."""
+    from burstguard.sim.gateway_loop import gateway_summary, simulate_gateway
+
+    res = simulate_gateway(workload, setup.engine, setup.profile, config, replicas,
+                           scaling=scaling, progress=_progress_of(workload),
+                           faults=faults)  # fmt: skip
+    block = gateway_summary(res, config, source=source)
+    block["routed"] = res.routed
+    extra: dict[str, Any] = {"gateway": block}
+    if res.scaling is not None:
+        assert scaling is not None
+        extra.update(res.scaling)
+        extra["autoscaler"] = {"policy": autoscaler, "kind": scaling.kind}
+    else:
+        extra["replica_seconds"] = replicas * res.end_s
+    if faults:
+        extra["faults"] = {
+            "schedule": [{"replica": f.replica, "at": f.at_s, "kind": str(f.kind),
+                          "restart_after": f.restart_after_s} for f in faults],
+            "failovers": res.failovers,
+        }  # fmt: skip
+    return res, extra
+
+
+def _report(setup: _Setup, result: SimResult, duration: float, extra: dict[str, Any]) -> None:
+    """Writes the summary and records where asked and prints the run's figures."""
+    from burstguard.bench.records import write_records
+    from burstguard.bench.summary import write_summary
+
+    summary = setup.summary(result, duration, extra)
+    if setup.json_out:
+        write_summary(setup.json_out, summary)
+    if setup.records_out:
+        write_records(setup.records_out, result.records)
     t, e = summary["ttft_s"], summary["e2e_s"]
 
     def ms(x: float | None) -> str:
@@ -257,8 +386,19 @@ def sim(
         f"E2E  p50 {ms(e['p50'])}  p95 {ms(e['p95'])}\n"
         f"SLO attainment {summary['slo_attainment']:.1%}"
     )
+    cache = summary["prefix_cache"]
+    if setup.engine.enable_prefix_caching and cache["hit_rate"] is not None:
+        print(
+            f"prefix cache: {cache['hit_tokens']:,} of {cache['queried_tokens']:,} prompt "
+            f"tokens hit ({cache['hit_rate']:.1%})"
+        )
     if "scale_events" in summary:
         print(scaling_line(summary))
+    if "faults" in summary:
+        outcomes = summary["faults"]["failovers"] or {}
+        answers = ", ".join(f"{k} {n}" for k, n in outcomes.items()) or "none"
+        print(f"faults: {len(summary['faults']['schedule'])}; the fleet's answers to backend "
+              f"failures: {answers}")  # fmt: skip
     if "gateway" in summary:
         print(class_table(summary))
         routed = summary["gateway"]["routed"] or {}
@@ -267,86 +407,65 @@ def sim(
             print("routed: " + ", ".join(f"{u} {n} ({n / total:.1%})" for u, n in routed.items()))
 
 
-def _summary(
-    result: SimResult,
-    duration: float,
-    slo: Any,
-    profile: Profile,
-    engine_config: EngineConfig,
-    extra: dict[str, Any],
-) -> dict[str, Any]:
-    from burstguard.bench.summary import summarize
-
-    return summarize(
-        result.records, duration_s=duration, slo=slo, source="sim",
-        extra={"preemptions": result.preemptions, "steps": result.steps,
-               "profile": profile.name, "engine": asdict(engine_config),
-               "server_series": result.series, **extra},
-    )  # fmt: skip
-
-
 def _scenario(
+    setup: _Setup,
     out: Path,
     shape_spec: PatternSpec,
-    engine_config: EngineConfig,
-    profile: Profile,
-    users: int,
+    rate: float | None,
+    users: int | None,
     think_time: float,
     ramp_up: float | None,
-    slo: str,
 ) -> None:
-    """The seed's steady leg (closed loop) and burst leg (its pattern at the steady leg's
-    measured rate) in virtual time, written as bench writes them, and compare's verdict."""
+    """The steady and burst legs of `workload.scenario` (the rule bench follows too) in
+    virtual time, written as bench writes them, and compare's verdict."""
     import json
 
     from burstguard.bench.compare import compare
     from burstguard.bench.records import write_records
-    from burstguard.bench.summary import Slo, write_summary
+    from burstguard.bench.summary import write_summary
     from burstguard.report.cli import exit_on
     from burstguard.report.table import print_verdict
     from burstguard.sim.loop import simulate
-    from burstguard.workload.synth import synthesize
+    from burstguard.workload.scenario import burst_leg, matched_rate, steady_leg
 
-    try:
-        slo_target = Slo.parse(slo)
-    except ValueError as exc:
-        raise UserError(f"--slo: {exc}") from None
-    duration = shape_spec.duration_s
-    steady_result, extra = _closed(shape_spec, engine_config, profile, users, think_time,
-                                   ramp_up, False)  # fmt: skip
-    steady = _summary(steady_result, duration, slo_target, profile, engine_config, extra)
-    rate = steady["requests"] / duration
-    burst_wl = synthesize(replace(shape_spec, pattern="burst", rate=rate))
-    burst_result = simulate(burst_wl, engine_config, profile)
-    burst = _summary(burst_result, duration, slo_target, profile, engine_config, {"mode": "open"})
-    for leg, summary, result in (("steady", steady, steady_result),
-                                 ("burst", burst, burst_result)):  # fmt: skip
-        write_summary(out / leg / "summary.json", summary)
-        write_records(out / leg / "records.jsonl", result.records)
+    leg = steady_leg(shape_spec, rate, users)
+    if leg.users is None:
+        steady_result = simulate(leg.workload, setup.engine, setup.profile)
+        extra: dict[str, Any] = {"mode": "open"}
+    else:
+        steady_result, extra = _users(setup, leg.workload, leg.users, leg.duration_s,
+                                      think_time, ramp_up)  # fmt: skip
+    steady = setup.summary(steady_result, leg.duration_s, extra)
+    matched = matched_rate(steady)
+    burst_result = simulate(burst_leg(shape_spec, matched), setup.engine, setup.profile)
+    burst = setup.summary(burst_result, shape_spec.duration_s, {"mode": "open"})
+    for name, summary, result in (("steady", steady, steady_result),
+                                  ("burst", burst, burst_result)):  # fmt: skip
+        write_summary(out / name / "summary.json", summary)
+        write_records(out / name / "records.jsonl", result.records)
     verdict = compare(steady, burst, legs={"steady": "steady", "burst": "burst"})
     (out / "verdict.json").write_text(json.dumps(verdict.to_dict(), indent=2) + "\n")
-    print_verdict(verdict, title=f"sim: {users} users vs seed bursts at {rate:.2f} req/s")
+    steady_name = f"{leg.users} users" if leg.users else f"Poisson at {rate:g} req/s"
+    print_verdict(verdict, title=f"sim: {steady_name} vs seed bursts at {matched:.2f} req/s")
     print(f"legs in {out}/steady and {out}/burst, verdict in {out}/verdict.json")
     exit_on(verdict)
 
 
 def _closed(
+    setup: _Setup,
     shape_spec: PatternSpec,
-    engine_config: EngineConfig,
-    profile: Profile,
     concurrency: int | None,
     think_time: float,
     ramp_up: float | None,
     burst_cycle: bool,
 ) -> tuple[SimResult, dict[str, Any]]:
     """A closed-loop run (users or the burst cycle) and its summary keys."""
-    from burstguard.sim.closed import Client, Cycle, Users, simulate_closed
+    from burstguard.sim.closed import Cycle, simulate_closed
     from burstguard.workload.cycle import BurstCycle, CycleSpec
     from burstguard.workload.synth import shape_pool
 
     shapes = shape_pool(shape_spec)
     duration = shape_spec.duration_s
-    client: Client
     if burst_cycle:
         if shape_spec.rate is not None:
             raise UserError("--rate does not apply to --burst-cycle (set --burst-size, --idle)")
@@ -355,14 +474,28 @@ def _closed(
         except ValueError as exc:
             raise UserError(f"--burst-cycle: {exc}") from None
         cycle = BurstCycle(spec)
-        client = Cycle(shapes, cycle)
-        result = simulate_closed(client, engine_config, profile)
+        result = simulate_closed(Cycle(shapes, cycle), setup.engine, setup.profile)
         return result, {"mode": "cycle", "cycle": cycle.log}
     assert concurrency is not None
+    return _users(setup, shapes, concurrency, duration, think_time, ramp_up)
+
+
+def _users(
+    setup: _Setup,
+    shapes: Workload,
+    users: int,
+    duration: float,
+    think_time: float,
+    ramp_up: float | None,
+) -> tuple[SimResult, dict[str, Any]]:
+    """`users` closed-loop users over `shapes` for `duration` (starts spread over the
+    ramp-up, default a tenth of it, at most 10 s, as bench does)."""
+    from burstguard.sim.closed import Users, simulate_closed
+
     ramp = min(10.0, duration / 10) if ramp_up is None else ramp_up
-    client = Users(shapes, concurrency, duration, think_time, ramp)
-    result = simulate_closed(client, engine_config, profile)
-    return result, {"mode": "closed", "concurrency": concurrency}
+    client = Users(shapes, users, duration, think_time, ramp)
+    result = simulate_closed(client, setup.engine, setup.profile)
+    return result, {"mode": "closed", "concurrency": users}
 
 
 PROGRESS_WALL_S = 2.0  # a line on stderr this often, once a run has lasted this long
@@ -383,17 +516,6 @@ def sim_progress(last_arrival_s: float, requests: int) -> Callable[[float], None
                   file=sys.stderr, flush=True)  # fmt: skip
 
     return report
-
-
-def fleet_gateway(max_replicas: int) -> GatewayConfig:
-    """The gateway in front of an autoscaled fleet when no --gateway is given: the default
-    policies, with the in-flight cap per replica (256, vLLM's max-num-seqs default) and
-    room for all of them in the total."""
-    from burstguard.gateway.config import GatewayConfig
-
-    return GatewayConfig.from_dict(
-        {"admission": {"max_in_flight": 256 * max_replicas, "max_in_flight_per_backend": 256}}
-    )
 
 
 def scaling_line(summary: dict[str, Any]) -> str:

@@ -1,27 +1,28 @@
 """Closed-loop clients in virtual time: `sim --concurrency N` (users with think time, the
 seed's steady leg) and `sim --burst-cycle` (the seed's script: a burst, wait for all of it,
 idle). Unlike a trace, the next arrival depends on when earlier requests finish, so the
-driver asks the client after every finish; steps are not fast-forwarded past a finish.
+driver (`sim.loop.DirectSim`, the open loop's) asks the client after every finish, and
+runs of decode steps are not fast-forwarded past one.
 """
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from burstguard.engine.config import EngineConfig
-from burstguard.engine.core import EngineCore, EngineRequest, RequestRejected
 from burstguard.engine.profile import Profile
-from burstguard.sim.loop import RecordBook, SimResult, served_prompt
-from burstguard.sim.series import SeriesRecorder
+from burstguard.sim.loop import DirectSim, SimResult
 from burstguard.workload.cycle import Burst, BurstCycle
-from burstguard.workload.spec import RequestSpec, Workload, priority_of
+from burstguard.workload.spec import RequestSpec, Workload
 
 
 class Client(Protocol):
     """Arrivals in, given finishes: `start()` the first ones, `finished(id, t)` the ones a
-    finish at `t` causes (each arrival is a RequestSpec whose `arrival_s` is its time)."""
+    finish at `t` causes (each arrival is a RequestSpec whose `arrival_s` is its time);
+    `shapes` is the pool its requests are drawn from (its prefix block size counts)."""
+
+    shapes: Workload
 
     def start(self) -> list[RequestSpec]: ...
 
@@ -91,52 +92,13 @@ class Cycle:
         return [] if self._open else self._burst(self.cycle.next(now))
 
 
-def simulate_closed(client: Client, config: EngineConfig, profile: Profile) -> SimResult:
-    """Runs the client's requests to completion on one engine in virtual time."""
-    core = EngineCore(config, profile)
-    recorder = SeriesRecorder(core)
-    book = RecordBook()
-    heap: list[tuple[float, int, RequestSpec]] = []
-    order: list[str] = []
-
-    def push(specs: list[RequestSpec]) -> None:
-        for spec in specs:
-            heapq.heappush(heap, (spec.arrival_s, len(order), spec))
-            order.append(spec.id)
-
-    push(client.start())
-    now, steps = 0.0, 0
-    while True:
-        while heap and heap[0][0] <= now:
-            spec = heapq.heappop(heap)[2]
-            prompt = served_prompt(spec, profile)
-            rec = book.open(spec, prompt)
-            try:
-                core.add_request(
-                    EngineRequest(spec.id, prompt, spec.max_tokens, spec.arrival_s,
-                                  priority=priority_of(spec.priority_class)),
-                    spec.arrival_s,
-                )  # fmt: skip
-            except RequestRejected:
-                rec.error = "rejected"
-                push(client.finished(spec.id, now))
-        end = core.begin_step(now)
-        if end is None:
-            if not heap:
-                break
-            now = heap[0][0]
-            continue
-        result = core.end_step()
-        steps += 1
-        now = result.end_s
-        events = book.apply(result)
-        recorder.observe(now, result.num_prefill_tokens + result.num_decode_seqs, 1)
-        for rid in events.finished:
-            push(client.finished(rid, now))
-    return SimResult(
-        records=[book.records[rid] for rid in order],
-        preemptions=core.stats.num_preemptions_total,
-        steps=steps,
-        end_s=now,
-        series=recorder.series(now),
-    )
+def simulate_closed(
+    client: Client, config: EngineConfig, profile: Profile, fast_forward: bool = True
+) -> SimResult:
+    """Runs the client's requests to completion on one engine in virtual time (records in
+    the order the client made them). `fast_forward` as in `sim.loop.simulate`: runs of
+    decode steps end at the first finish, since a finish sends the next request."""
+    sim = DirectSim(config, profile, client.shapes.prefix_block_tokens, fast_forward,
+                    client.finished)  # fmt: skip
+    sim.send(client.start())
+    return sim.run()

@@ -6,7 +6,8 @@ part with a virtual clock, through the core's driver protocol (`gateway.events`)
 policy compared here is the policy deployed:
 
 - clients: each arrival is an `Arrive` event at its arrival time; a `Reject` effect is
-  its 429 (with Retry-After) at once;
+  its 429 (with Retry-After) at once (over its tenant's quota: error `quota_exceeded`,
+  the quota being the core's, charged in its own buckets);
 - the gateway: a `Tick` every TICK_S and a `Scrape` of the engine's own gauges (waiting,
   running, KV usage) every `scrape_interval_s` — both wall times of the live gateway,
   so engine_speedup x that here; the core's `Release` effects go straight to the engine
@@ -18,7 +19,18 @@ policy compared here is the policy deployed:
   the replica the core's router picked, as it names a live backend; each replica steps on
   its own, its first tokens and finishes flow back as events, and each is scraped on its
   own (`Scrape(state, replica)`). Replicas can be added and drained while the run goes
-  on (`_GatewaySim.replicas`: an autoscaler drives it).
+  on (`_GatewaySim.replicas`: an autoscaler drives it);
+- faults (`sim.faults`, `--faults`): a killed replica's requests fail as a reset
+  connection does live (`BackendFailed(reset)`), what is released to it while it is down
+  is refused (`connect`); a stalled one holds its requests silent until its backend
+  settings' `read_timeout_s` (`timeout`) or its restart (`reset`). Each failure is one of
+  `gateway.failure.Failure`, the kinds the live server classifies into, and the core's
+  failure rules decide what follows (failover, the retry budget, the circuit breaker,
+  `Abandon`, answered with the failure's status as live). With a fault schedule the
+  gateway also probes each replica's /health on every tick, as its prober does: a dead
+  one is refused at once, a stalled one times out after `probe_timeout_s`, and the
+  breaker closes again once a restarted one answers. Its scrapes fail meanwhile, so its
+  last metrics age.
 
 While nothing is queued, in flight or running, the tick and scrape stop, and restart on
 their grid at the next arrival, so days-long traces do not cost 20 ticks per idle second.
@@ -38,17 +50,21 @@ from burstguard.bench.records import RequestRecord
 from burstguard.engine.config import EngineConfig
 from burstguard.engine.core import (
     DecodeRun,
+    EngineCore,
     EngineRequest,
     RequestRejected,
     StepResult,
     check_priority,
 )
 from burstguard.engine.profile import Profile
+from burstguard.gateway.api import BadRequest
+from burstguard.gateway.classify import Classifier
 from burstguard.gateway.config import GatewayConfig
 from burstguard.gateway.core import TICK_S, GatewayCore, GatewayStats
 from burstguard.gateway.events import (
     Abandon,
     Arrive,
+    BackendFailed,
     Effect,
     Event,
     Fail,
@@ -59,21 +75,31 @@ from burstguard.gateway.events import (
     Reject,
     Release,
     Scrape,
+    Settle,
     Tick,
 )
+from burstguard.gateway.failure import Failure
+from burstguard.gateway.fleet.config import RouterConfig
 from burstguard.gateway.fleet.fleet import Fleet
 from burstguard.gateway.request import GatewayRequest
 from burstguard.sim.autoscaling import ScalingDriver, discovery_lag_s
+from burstguard.sim.faults import Fault, FaultKind, check_replicas
 from burstguard.sim.heap import EventHeap
-from burstguard.sim.loop import RecordBook, SimResult, served_prompt
-from burstguard.sim.replicas import ReplicaSet, replica_id
+from burstguard.sim.loop import RecordBook, SimResult, engine_prefix, served_prompt
+from burstguard.sim.replicas import Health, ReplicaSet, replica_id
 from burstguard.sim.series import SeriesRecorder
-from burstguard.workload.spec import Workload
+from burstguard.wire.outcomes import Outcome, Reason
+from burstguard.wire.prefix import block_hashes, chat_text
+from burstguard.wire.tokens import CHARS_PER_TOKEN
+from burstguard.workload.prompts import PromptRenderer, chat_content_tokens
+from burstguard.workload.spec import RequestSpec, Workload
 
 __all__ = ["GatewaySimResult", "gateway_summary", "simulate_gateway"]
 
-# ties at one instant: a step's end, then arrivals, the scrape, the tick
+# ties at one instant: a step's end, then arrivals, the scrape, the tick, (the autoscaler,)
+# faults and what follows from them (timeouts, restarts, probe answers)
 ARRIVAL, SCRAPE, TICK = range(1, 4)  # a step's end is 0 (`sim.replicas.STEP`)
+FAULT = 5  # after the autoscaler's 4 (`sim.autoscaling.AUTOSCALE`)
 
 
 @dataclass
@@ -84,12 +110,27 @@ class GatewaySimResult(SimResult):
     gateway: GatewayStats | None = None
     reprefill_tokens: int = 0
     routed: dict[str, int] | None = None  # replica -> requests sent to it (failovers incl.)
+    failovers: dict[str, int] | None = None  # the fleet's answers to failures, by outcome
     scaling: dict[str, Any] | None = None  # `ScalingDriver.summary`, with an autoscaler
+    quota_refused: dict[str, list[int]] | None = None  # tenant -> [requests, tokens] refused
 
 
 def _next_on_grid(t: float, period: float) -> float:
     """The first multiple of `period` at or after `t` (live ticks keep their phase)."""
     return math.ceil(t / period - 1e-9) * period
+
+
+def routing_hashes(
+    spec: RequestSpec, prompts: PromptRenderer, router: RouterConfig
+) -> tuple[int, ...]:
+    """What the live gateway's prefix affinity keys on for `spec`: the leading blocks of the
+    text bench sends for it (a one-message chat, bench's default API); () without affinity."""
+    if not router.affinity:
+        return ()
+    width = router.affinity_blocks * router.block_tokens * CHARS_PER_TOKEN
+    content = prompts.text(spec, chat_content_tokens(spec.prompt_tokens), width)
+    return block_hashes(chat_text([("user", content)]), router.block_tokens,
+                        router.affinity_blocks)  # fmt: skip
 
 
 class _GatewaySim:
@@ -106,6 +147,7 @@ class _GatewaySim:
         scaling: ScalingPolicy | None = None,
         seed: int = 0,
         fast_forward: bool = True,
+        faults: Sequence[Fault] = (),
     ) -> None:
         if replicas < 1:
             raise ValueError("replicas must be >= 1")
@@ -116,12 +158,23 @@ class _GatewaySim:
         self.heap = EventHeap()
         self.fleet = Fleet(gateway.fleet)
         self.gw = GatewayCore(gateway, self.fleet)
-        self.replicas = ReplicaSet(self.heap, engine, profile, self.fleet, self.step_end,
-                                   1.0 / gateway.engine_speedup,
-                                   self.run_end if fast_forward else None)  # fmt: skip
+        self.classifier = Classifier(gateway)
+        self.refused = 0  # refused before the gateway (400): not arrivals to its signals
+        self.replicas = ReplicaSet(
+            self.heap, engine, profile, self.step_end, self.run_end if fast_forward else None,
+            fleet=self.fleet, fleet_scale=1.0 / gateway.engine_speedup,
+        )  # fmt: skip
         for i in range(replicas):
             own = None if replica_profiles is None else replica_profiles[i]
             self.replicas.add_replica(replica_id(i), 0.0, own)
+        check_replicas(tuple(faults), replicas)
+        for fault in faults:
+            self.heap.at(fault.at_s, FAULT, partial(self.fault, fault))
+        self.probing = bool(faults)  # probes answered "up" change nothing: none without
+        self.probe_timeout_s = gateway.fleet.health.probe_timeout_s * gateway.engine_speedup
+        self.failures: dict[str, Failure] = {}  # request id -> its last backend failure
+        self.hung: dict[str, float] = {}  # request id -> its read timeout on a stalled replica
+        self.back_at: dict[str, float] = {}  # stalled replica -> when it restarts (inf: never)
         self.profile = profile
         self.where: dict[str, str] = {}  # request id -> the replica running it
         self.routed: dict[str, int] = {}
@@ -132,12 +185,16 @@ class _GatewaySim:
         )
         self.book = RecordBook()
         self.max_tokens: dict[str, int] = {}
+        self.prefix: dict[str, tuple[int, ...]] = {}  # request id -> its engine prefix blocks
+        self.prompts = PromptRenderer(workload.prefix_block_tokens)
+        self.engine_config = engine
         self.reprefill_tokens = 0
         self.tick_s = TICK_S * gateway.engine_speedup
         self.scrape_s = gateway.scrape_interval_s * gateway.engine_speedup
         self._clocked = False  # the tick and scrape are scheduled
         self._generation = 0  # bumped when they stop: a stopped one scheduled before drops
         self.arrivals = 0
+        self.quota_refused: dict[str, list[int]] = {}  # tenant -> [requests, tokens]
         self.scaler = (
             None
             if scaling is None
@@ -149,8 +206,15 @@ class _GatewaySim:
 
     def arrive(self, i: int, now: float) -> None:
         spec = self.workload.spec(i)
+        try:  # bench sends the class as the class header: the live gateway's rule
+            cls = self.classifier.classify(named=spec.priority_class)
+            tenant = self.classifier.tenant(named=spec.tenant)
+        except BadRequest:  # the live gateway's 400, as bench records it
+            rec = self.book.open(spec, served_prompt(spec, self.profile))
+            self._answered(rec, now, 400, "http_400")
+            self.refused += 1
+            return
         self.arrivals += 1
-        cls = self.config.class_by_name(spec.priority_class).name
         self.book.open(spec, served_prompt(spec, self.profile), priority_class=cls)
         self.max_tokens[spec.id] = spec.max_tokens
         if not self._clocked:  # the gateway wakes from idle: its periodic events restart
@@ -160,9 +224,14 @@ class _GatewaySim:
             gen = self._generation
             self.heap.at(_next_on_grid(now, self.scrape_s), SCRAPE, lambda t: self.scrape(t, gen))
             self.heap.at(_next_on_grid(now, self.tick_s), TICK, lambda t: self.tick(t, gen))
-        req = GatewayRequest(spec.id, now, spec.prompt_tokens, spec.max_tokens, cls, spec.tenant,
-                             prefix_hashes=spec.prefix_hashes)  # fmt: skip
+        block_size = self.engine_config.block_size
+        self.prefix[spec.id] = engine_prefix(spec, self.workload.prefix_block_tokens, block_size)
+        req = GatewayRequest(spec.id, now, spec.prompt_tokens, spec.max_tokens, cls, tenant,
+                             prefix_hashes=self.routing_hashes(spec))  # fmt: skip
         self.event(Arrive(req), now)
+
+    def routing_hashes(self, spec: RequestSpec) -> tuple[int, ...]:
+        return routing_hashes(spec, self.prompts, self.config.fleet.router)
 
     @staticmethod
     def _answered(rec: RequestRecord, now: float, status: int, error: str) -> None:
@@ -179,24 +248,41 @@ class _GatewaySim:
         if isinstance(effect, Forget):
             self.replicas.forgotten(effect.backend, now)
             return
+        if isinstance(effect, Settle):  # never: the sim's quotas are the core's own
+            return
         rid = effect.req.id
         rec = self.book.records[rid]
         if isinstance(effect, Reject):
-            self._answered(rec, now, 429, "rejected")
+            quota = effect.reason == Reason.QUOTA
+            self._answered(rec, now, 429, Reason.QUOTA if quota else Outcome.REJECTED)
             rec.retry_after_s = effect.retry_after_s
+            if quota:
+                req = effect.req
+                tenant = req.tenant or self.config.default_tenant
+                refused = self.quota_refused.setdefault(tenant, [0, 0])
+                refused[0] += 1
+                refused[1] += req.prompt_tokens + (req.max_tokens or 0)
         elif isinstance(effect, Preempt):
             self.replicas.engine(self.where[rid]).abort(rid, now)
             self.book.resumed_at[rid] = self.book.produced.get(rid, 0)
-        elif isinstance(effect, Abandon):  # no replica fails in the simulation
-            self._answered(rec, now, 502, effect.outcome)
+        elif isinstance(effect, Abandon):  # its last failure goes to the client, as live
+            if rec.ttft_s is not None:  # in-band: an error event ends the stream it has
+                self._answered(rec, now, 200, "stream_broken")
+                rec.completion_tokens = self.book.produced.get(rid, 0)
+            else:
+                status = self.failures.get(rid, Failure.RESET).status
+                self._answered(rec, now, status, f"http_{status}")
         else:
             self.release(effect, rec, now)
 
     def release(self, effect: Release, rec: RequestRecord, now: float) -> None:
         rid = effect.req.id
-        assert effect.backend is not None  # the simulation always has a fleet
         self.where[rid] = effect.backend
         self.routed[effect.backend] = self.routed.get(effect.backend, 0) + 1
+        health = self.replicas.health(effect.backend)
+        if health is Health.DOWN:  # connection refused
+            self.failed(rid, Failure.REFUSED, now)
+            return
         engine = self.replicas.engine(effect.backend)
         have = self.book.resumed_at.get(rid, 0) if effect.resumed else 0
         prompt = (rec.prompt_tokens or 0) + have
@@ -206,13 +292,85 @@ class _GatewaySim:
         try:
             check_priority(engine.config, priority)
             engine.add_request(
-                EngineRequest(rid, prompt, self.max_tokens[rid] - have, now, priority), now
+                EngineRequest(
+                    rid, prompt, self.max_tokens[rid] - have, now, priority, self.prefix[rid]
+                ),
+                now,
             )
         except RequestRejected:  # the backend's 400 passes through to the client
             self._answered(rec, now, 400, "http_400")
             self.event(Fail(rid), now)
             return
+        if health is Health.STALLED:  # sent; no answer will come
+            self.hang(rid, effect.backend, engine, now)
+            return
         self.replicas.kick(effect.backend, now)
+
+    # -- faults ------------------------------------------------------------------------
+
+    def fault(self, fault: Fault, now: float) -> None:
+        """Kills or stalls a replica; restarts it after `restart_after`."""
+        url = replica_id(fault.replica)
+        if url not in self.replicas.replicas and url not in self.replicas.draining:
+            return  # an autoscaler removed it already
+        if fault.kind is FaultKind.KILL:
+            for rid in self.replicas.kill(url, now):
+                self.failed(rid, Failure.RESET, now)
+        else:
+            self.back_at[url] = fault.until_s
+            engine = self.replicas.engine(url)
+            for rid in self.replicas.stall(url, now):
+                self.hang(rid, url, engine, now)
+        if fault.restart_after_s is not None:
+            self.heap.at(fault.until_s, FAULT, partial(self.restart, url))
+
+    def restart(self, url: str, now: float) -> None:
+        """The replica is back, empty: what its stalled process held is cut (reset)."""
+        if url not in self.replicas.replicas and url not in self.replicas.draining:
+            return
+        for rid in self.replicas.restart(url):
+            self.hung.pop(rid, None)
+            self.failed(rid, Failure.RESET, now)
+
+    def hang(self, rid: str, url: str, engine: EngineCore, now: float) -> None:
+        """`rid` waits on a stalled replica: its read timeout (silence from now) is due,
+        unless the replica's restart cuts it first (no event then: the run ends on time)."""
+        timeout = self.config.backend_config(url).read_timeout_s * self.config.engine_speedup
+        self.hung[rid] = deadline = now + timeout
+        if deadline < self.back_at[url]:
+            self.heap.at(deadline, FAULT, partial(self.timed_out, rid, url, engine))
+
+    def timed_out(self, rid: str, url: str, engine: EngineCore, now: float) -> None:
+        """The backend's read timeout for a request on a stalled replica, if it still
+        waits there (not preempted, restarted or sent there again since)."""
+        if self.hung.get(rid) != now or self.replicas.stalled_engine(url) is not engine:
+            return
+        del self.hung[rid]
+        if engine.abort(rid, now):
+            self.failed(rid, Failure.TIMEOUT, now)
+
+    def failed(self, rid: str, failure: Failure, now: float) -> None:
+        """Reports the failure to the core as the live relay does; a client that holds
+        tokens keeps them (a resumed request continues from there)."""
+        rec = self.book.records[rid]
+        started = rec.ttft_s is not None
+        if started:
+            self.book.resumed_at[rid] = self.book.produced.get(rid, 0)
+        self.failures[rid] = failure
+        self.event(BackendFailed(rid, failure.reason, started), now)
+
+    def probe_failed(self, url: str, now: float) -> None:
+        self.fleet.on_probe(url, False, now / self.config.engine_speedup)
+
+    def probe(self, now: float) -> None:
+        """The gateway's /health probes that are due (fleet clock: wall seconds)."""
+        speedup = self.config.engine_speedup
+        for url in self.fleet.probes_due(now / speedup):
+            health = self.replicas.health(url)
+            if health is Health.STALLED:  # no answer: it times out
+                self.heap.at(now + self.probe_timeout_s, FAULT, partial(self.probe_failed, url))
+            else:
+                self.fleet.on_probe(url, health is Health.UP, now / speedup)
 
     def scrape(self, now: float, gen: int) -> None:
         if self._stopped(gen):
@@ -224,6 +382,8 @@ class _GatewaySim:
     def tick(self, now: float, gen: int) -> None:
         if self._stopped(gen):
             return
+        if self.probing:
+            self.probe(now)
         self.event(Tick(), now)
         self.heap.at(now + self.tick_s, TICK, lambda t: self.tick(t, gen))
 
@@ -241,7 +401,7 @@ class _GatewaySim:
         return gateway_signals(self.gw.stats, self.arrivals)
 
     def _scaling_active(self) -> bool:
-        return self.arrivals < len(self.workload) or not self._idle()
+        return self.arrivals + self.refused < len(self.workload) or not self._idle()
 
     def _idle(self) -> bool:
         s = self.gw.stats
@@ -286,7 +446,10 @@ class _GatewaySim:
             gateway=self.gw.stats,
             reprefill_tokens=self.reprefill_tokens,
             routed=dict(self.routed),
+            failovers=dict(self.fleet.failover_outcomes),
+            prefix_cache=self.replicas.prefix_cache,
             scaling=None if self.scaler is None else self.scaler.summary(end),
+            quota_refused=self.quota_refused,
         )
 
 
@@ -301,6 +464,7 @@ def simulate_gateway(
     seed: int = 0,
     fast_forward: bool = True,
     progress: Callable[[float], None] | None = None,
+    faults: Sequence[Fault] = (),
 ) -> GatewaySimResult:
     """Runs `workload` through the gateway policies of `gateway` into `replicas` engine
     replicas behind its router (each of `profile`, or of its own `replica_profiles`), in
@@ -308,10 +472,11 @@ def simulate_gateway(
     With `scaling`, its autoscaler adds and drains replicas from `replicas` on (cold starts
     drawn with `seed`). `fast_forward` applies runs of pure decode steps at once (same
     records, computed faster; `sim.replicas`). `progress(virtual now)` is called now and
-    then (`EventHeap.run`)."""
+    then (`EventHeap.run`). `faults` kill or stall replicas on a schedule (`sim.faults`;
+    a `FaultFileError` names one that is not among `replicas`)."""
     return _GatewaySim(
         workload, engine, profile, gateway, replicas, replica_profiles, scaling, seed,
-        fast_forward,
+        fast_forward, faults,
     ).run(progress)  # fmt: skip
 
 
@@ -340,10 +505,51 @@ def gateway_summary(
             "ttft_target_attainment": met,
             "preemptions": stats.preemptions.get(c.name, 0) if stats is not None else 0,
         }
-    return {
+    out = {
         "config": source,
         "classes": classes,
         "rejections": stats.rejections if stats is not None else {},
         "preemptions": sum(stats.preemptions.values()) if stats is not None else 0,
         "reprefill_tokens": result.reprefill_tokens,
     }
+    if (
+        config.quotas.default
+        or config.quotas.tenants
+        or config.quotas.classes
+        or any(k.quota for k in config.api_keys)
+    ):
+        out["quota"] = quota_summary(result, config.default_tenant)
+    return out
+
+
+QUOTA_TENANTS_SHOWN = 20
+
+
+def quota_summary(result: GatewaySimResult, default_tenant: str) -> dict[str, Any]:
+    """The summary's `gateway.quota` block: per tenant, the requests and tokens (prompt +
+    output) admitted and those its quota refused (prompt + max_tokens), the
+    `QUOTA_TENANTS_SHOWN` most refused first; the other tenants summed as `~other`."""
+    rows: dict[str, dict[str, int]] = {}
+
+    def row(tenant: str) -> dict[str, int]:
+        return rows.setdefault(tenant, {"admitted_requests": 0, "admitted_tokens": 0,
+                                        "refused_requests": 0, "refused_tokens": 0})  # fmt: skip
+
+    for r in result.records:
+        if r.ok:
+            mine = row(r.tenant or default_tenant)
+            mine["admitted_requests"] += 1
+            mine["admitted_tokens"] += (r.prompt_tokens or 0) + (r.completion_tokens or 0)
+    for tenant, (n, tokens) in (result.quota_refused or {}).items():
+        mine = row(tenant)
+        mine["refused_requests"] += n
+        mine["refused_tokens"] += tokens
+    order = sorted(rows, key=lambda t: (-rows[t]["refused_tokens"], -rows[t]["admitted_tokens"], t))
+    shown = {t: rows[t] for t in order[:QUOTA_TENANTS_SHOWN]}
+    if len(order) > QUOTA_TENANTS_SHOWN:
+        other = {k: 0 for k in next(iter(rows.values()))}
+        for t in order[QUOTA_TENANTS_SHOWN:]:
+            for k, v in rows[t].items():
+                other[k] += v
+        shown["~other"] = other
+    return {"tenants": shown}

@@ -1,8 +1,10 @@
 """Virtual-clock driver: replays a workload on one EngineCore as fast as the CPU allows.
 
 Same engine core as the emulator (one core, two clocks); time is the engine's own, kept by
-an event heap (`sim.heap`). `burstguard.sim.gateway_loop` puts the gateway core in front
-of the same engine, on the same kind of heap.
+an event heap (`sim.heap`), and the engine is stepped by the one replica stepper
+(`sim.replicas`). `burstguard.sim.closed` sends closed-loop clients through the same
+driver; `burstguard.sim.gateway_loop` puts the gateway core in front of the same
+stepper's replicas, on the same kind of heap.
 """
 
 from __future__ import annotations
@@ -15,15 +17,11 @@ from typing import Any
 
 from burstguard.bench.records import RequestRecord
 from burstguard.engine.config import EngineConfig
-from burstguard.engine.core import (
-    DecodeRun,
-    EngineCore,
-    EngineRequest,
-    RequestRejected,
-    StepResult,
-)
+from burstguard.engine.core import DecodeRun, EngineRequest, RequestRejected, StepResult
+from burstguard.engine.kv_cache import expand_block_hashes
 from burstguard.engine.profile import Profile
 from burstguard.sim.heap import EventHeap
+from burstguard.sim.replicas import CLOSED, DIRECT, ReplicaSet
 from burstguard.sim.series import SeriesRecorder
 from burstguard.workload.spec import RequestSpec, Workload, priority_of
 
@@ -35,6 +33,7 @@ class SimResult:
     steps: int
     end_s: float
     series: dict[str, Any] | None = None  # `server_series`: the engine's gauges (sim.series)
+    prefix_cache: tuple[int, int] = (0, 0)  # prompt tokens looked up in prefix caches, hit
 
 
 @dataclass
@@ -147,94 +146,96 @@ def served_prompt(spec: RequestSpec, profile: Profile) -> int:
     return spec.prompt_tokens + profile.chat_template_tokens
 
 
-class _EngineSim:
-    """Clients and one engine replica on an event heap (`sim.heap`): arrivals, and the
-    replica's steps (or fast-forwarded runs of decode steps) as events. A step begins
-    after the arrivals of its instant (STEP < ARRIVAL < BEGIN), as a live engine loop
-    takes what arrived while its last step ran."""
+def engine_prefix(spec: RequestSpec, block_tokens: int, block_size: int) -> tuple[int, ...]:
+    """The spec's prefix blocks (of `block_tokens` tokens, the workload's) as the engine's
+    `block_size`-token blocks (`engine.kv_cache.expand_block_hashes`)."""
+    if not spec.prefix_hashes:
+        return ()
+    return expand_block_hashes(spec.prefix_hashes, block_tokens, block_size, spec.prompt_tokens)
 
-    STEP, ARRIVAL, BEGIN = range(3)
+
+ONE = "http://replica-0"  # the one replica of a direct run (`sim.replicas.replica_id(0)`)
+# ties at one instant: a step's end, then arrivals, then the step that takes them in
+ARRIVAL, BEGIN = 1, 2  # a step's end is 0 (`sim.replicas.STEP`)
+
+OnFinished = Callable[[str, float], list[RequestSpec]]
+
+
+class DirectSim:
+    """Clients straight to one engine replica (no gateway) on the event heap: arrivals as
+    events, the replica stepped by `sim.replicas.ReplicaSet` (the stepper every mode
+    shares). A step begins after the arrivals of its instant, as a live engine loop takes
+    what arrived while its last step ran. Open loop schedules a workload's arrivals;
+    closed loop (`sim.closed`) passes `on_finished`, which returns the requests a finish
+    (or a refusal) at that time makes its clients send."""
 
     def __init__(
-        self, workload: Workload, config: EngineConfig, profile: Profile, fast_forward: bool
+        self,
+        config: EngineConfig,
+        profile: Profile,
+        prefix_block_tokens: int,
+        fast_forward: bool = True,
+        on_finished: OnFinished | None = None,
     ) -> None:
-        self.workload = workload
-        self.core = EngineCore(config, profile)
+        self.heap = EventHeap()
+        self.replicas = ReplicaSet(
+            self.heap, config, profile, self._step_end, self._run_end if fast_forward else None,
+            fast_forward=DIRECT if on_finished is None else CLOSED, begin_rank=BEGIN,
+        )  # fmt: skip
+        self.replicas.add_replica(ONE, 0.0)
+        self.core = self.replicas.engine(ONE)
         self.recorder = SeriesRecorder(self.core)
         self.book = RecordBook()
-        self.heap = EventHeap()
-        self.fast_forward = fast_forward
-        self.steps = 0
-        self._begin_pending = False
-        self._busy_until = 0.0  # the end of a fast-forwarded run (already applied)
+        self.block_tokens = prefix_block_tokens
+        self.on_finished = on_finished
+        self.order: list[str] = []  # request ids as sent (closed loop: as the clients made them)
 
-    def arrive(self, i: int, now: float) -> None:
-        spec = self.workload.spec(i)
-        prompt = served_prompt(spec, self.core.profile)
+    def send(self, specs: list[RequestSpec]) -> None:
+        """Schedules each spec's arrival at its `arrival_s`."""
+        for spec in specs:
+            self.order.append(spec.id)
+            self.heap.at(spec.arrival_s, ARRIVAL, partial(self.arrive, spec))
+
+    def arrive(self, spec: RequestSpec, now: float) -> None:
+        core = self.core
+        prompt = served_prompt(spec, core.profile)
         rec = self.book.open(spec, prompt)
+        req = EngineRequest(
+            spec.id, prompt, spec.max_tokens, spec.arrival_s, priority_of(spec.priority_class),
+            engine_prefix(spec, self.block_tokens, core.config.block_size),
+        )  # fmt: skip
         try:
-            self.core.add_request(
-                EngineRequest(
-                    id=spec.id,
-                    prompt_tokens=prompt,
-                    max_tokens=spec.max_tokens,
-                    arrival_s=spec.arrival_s,
-                    priority=priority_of(spec.priority_class),
-                    prefix_hashes=spec.prefix_hashes,
-                ),
-                spec.arrival_s,
-            )
+            self.replicas.add_request(ONE, req, spec.arrival_s)
         except RequestRejected:
             rec.error = "rejected"
-        self.kick(now)
+            self._finished([spec.id], now)
+        self.replicas.kick(ONE, now)
 
-    def kick(self, now: float) -> None:
-        """The replica begins its next step at `now`, after this instant's arrivals."""
-        if now < self._busy_until:
-            return  # the run's end kicks it
-        if self._begin_pending or self.core.step_in_flight:
-            return
-        if self.heap.next_time() > now:  # nothing else at this instant: no event needed
-            self.begin(now)
-        else:
-            self._begin_pending = True
-            self.heap.at(now, self.BEGIN, self.begin)
+    def _finished(self, ids: list[str], now: float) -> None:
+        if self.on_finished is not None:
+            for rid in ids:
+                self.send(self.on_finished(rid, now))
 
-    def begin(self, now: float) -> None:
-        self._begin_pending = False
-        if self.core.step_in_flight:
-            return
-        if self.fast_forward:
-            run = self.core.run_decodes(now, self.heap.next_time())
-            if run is not None:
-                self.steps += len(run.ends)
-                self.book.apply_run(run)
-                self.recorder.observe(run.ends[-1], sum(k for _, k, _ in run.tokens), len(run.ends))
-                self._busy_until = run.ends[-1]
-                self.heap.at(run.ends[-1], self.STEP, self.kick)
-                return
-        end = self.core.begin_step(now)
-        if end is not None:
-            self.heap.at(end, self.STEP, self.step_end)
-
-    def step_end(self, now: float) -> None:
-        result = self.core.end_step()
-        self.steps += 1
-        self.book.apply(result)
+    def _step_end(self, _: str, result: StepResult, now: float) -> None:
+        events = self.book.apply(result)
         self.recorder.observe(now, result.num_prefill_tokens + result.num_decode_seqs, 1)
-        self.kick(now)
+        self._finished(events.finished, now)
+
+    def _run_end(self, _: str, run: DecodeRun, now: float) -> None:
+        self.book.apply_run(run)
+        self.recorder.observe(now, sum(k for _, k, _ in run.tokens), len(run.ends))
+        self._finished(run.finished, now)
 
     def run(self, progress: Callable[[float], None] | None = None) -> SimResult:
-        for i, t in enumerate(self.workload.arrival_s.tolist()):
-            self.heap.at(t, self.ARRIVAL, partial(self.arrive, i))
+        """Runs every arrival sent so far, and those they cause, to the end."""
         end = self.heap.run(progress)
-        n = len(self.workload)
         return SimResult(
-            records=[self.book.records[self.workload.request_id(k)] for k in range(n)],
-            preemptions=self.core.stats.num_preemptions_total,
-            steps=self.steps,
+            records=[self.book.records[rid] for rid in self.order],
+            preemptions=self.replicas.preemptions,
+            steps=self.replicas.steps,
             end_s=end,
             series=self.recorder.series(end),
+            prefix_cache=self.replicas.prefix_cache,
         )
 
 
@@ -246,7 +247,9 @@ def simulate(
     progress: Callable[[float], None] | None = None,
 ) -> SimResult:
     """Runs every request of `workload` to completion (or rejection) in virtual time.
-    `fast_forward` applies runs of pure decode steps at once (`EngineCore.run_decodes`);
-    the results are the same, only computed faster. `progress(virtual now)` is called
-    now and then (`EventHeap.run`)."""
-    return _EngineSim(workload, config, profile, fast_forward).run(progress)
+    `fast_forward` applies runs of pure decode steps at once (`sim.replicas`); the
+    results are the same, only computed faster. `progress(virtual now)` is called now and
+    then (`EventHeap.run`)."""
+    sim = DirectSim(config, profile, workload.prefix_block_tokens, fast_forward)
+    sim.send([workload.spec(i) for i in range(len(workload))])
+    return sim.run(progress)

@@ -18,8 +18,8 @@ from burstguard.bench.records import RequestRecord
 from burstguard.bench.summary import Slo
 from burstguard.engine.config import EngineConfig, EngineConfigError
 from burstguard.engine.profile import Profile
-from burstguard.errors import UserError
-from burstguard.sim.cli import MAX_REPLICAS
+from burstguard.errors import BurstguardError, ConfigError
+from burstguard.sim.defaults import MAX_REPLICAS
 from burstguard.tune.space import ENGINE_KNOBS, SCALING_PATHS, Candidate, split
 from burstguard.workload.spec import Workload
 from burstguard.workload.transform import take
@@ -41,16 +41,16 @@ class ClassSlos:
         try:
             base = Slo.parse(default)
         except ValueError as exc:
-            raise UserError(f"--slo: {exc}") from None
+            raise ConfigError(f"--slo: {exc}") from None
         classes: dict[str, Slo] = {}
         for item in per_class:
             name, sep, text = item.partition(":")
             if not sep or not name.strip():
-                raise UserError(f"--class-slo {item!r}: expected CLASS:ttft=S,tpot=S")
+                raise ConfigError(f"--class-slo {item!r}: expected CLASS:ttft=S,tpot=S")
             try:
                 classes[name.strip()] = replace(base, **_fields(Slo.parse(text), text))
             except ValueError as exc:
-                raise UserError(f"--class-slo {item!r}: {exc}") from None
+                raise ConfigError(f"--class-slo {item!r}: {exc}") from None
         return cls(base, classes)
 
     def met(self, record: RequestRecord) -> bool:
@@ -175,7 +175,7 @@ class ScalingObjective:
     seed: int = 0
 
     def scaling(self, candidate: Candidate) -> ScalingPolicy:
-        """The policy a candidate means (UserError naming the field if it is invalid)."""
+        """The policy a candidate means (ConfigError naming the field if it is invalid)."""
         from burstguard.autoscale import ScalingPolicy, load_policy
 
         values = dict(split(candidate)[1])
@@ -213,12 +213,12 @@ class ScalingObjective:
             return False
         try:
             policy = self.scaling(candidate)
-        except UserError:
+        except BurstguardError:
             return False
         return 1 <= policy.min_replicas <= min(policy.max_replicas, MAX_REPLICAS)
 
     def __call__(self, candidate: Candidate) -> Trial:
-        from burstguard.sim.cli import fleet_gateway
+        from burstguard.sim.defaults import fleet_gateway
         from burstguard.sim.gateway_loop import simulate_gateway
 
         policy = self.scaling(candidate)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
 
 Candidate = tuple[tuple[str, Any], ...]
 
@@ -106,15 +106,15 @@ def parse_axes(
         name, sep, values = item.partition("=")
         name = name.strip()
         if not sep or name not in knobs:
-            raise UserError(
+            raise ConfigError(
                 f"--axis {item!r}: expected KNOB=V1,V2,... with KNOB one of {', '.join(knobs)}"
             )
         try:
             parsed = tuple(knobs[name].parse(v) for v in values.split(",") if v.strip())
         except ValueError as exc:
-            raise UserError(f"--axis {item!r}: {exc}") from None
+            raise ConfigError(f"--axis {item!r}: {exc}") from None
         if not parsed:
-            raise UserError(f"--axis {item!r}: no values")
+            raise ConfigError(f"--axis {item!r}: no values")
         axes[name] = tuple(dict.fromkeys(parsed))
     return axes
 

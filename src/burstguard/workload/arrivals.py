@@ -1,7 +1,8 @@
 """Arrival processes: seeded generators of absolute arrival times (seconds) over a duration.
 
 Each documents its mean rate so that a steady and a bursty run can be matched at the same
-mean load. All are vectorised with numpy (1M arrivals in well under a second).
+mean load. All are vectorised with numpy, so a million arrivals cost no noticeable time
+(docs/workload.md, "Speed").
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+
+from burstguard.workload.seed import BURST_SIZE, IDLE_S
 
 Rng = np.random.Generator
 
@@ -60,8 +63,8 @@ def burst_idle_scale(
 def burst(
     duration_s: float,
     rng: Rng,
-    burst_size: tuple[int, int] = (15, 30),
-    idle_s: tuple[float, float] = (5.0, 15.0),
+    burst_size: tuple[int, int] = BURST_SIZE,
+    idle_s: tuple[float, float] = IDLE_S,
     spread_s: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The seed script's pattern: a burst of uniformly `burst_size` near-simultaneous

@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from burstguard.workload.seed import BURST_SIZE, IDLE_S
+
 
 @dataclass(frozen=True, slots=True)
 class CycleSpec:
-    burst_size: tuple[int, int] = (15, 30)
-    idle_s: tuple[float, float] = (5.0, 15.0)
+    burst_size: tuple[int, int] = BURST_SIZE
+    idle_s: tuple[float, float] = IDLE_S
     duration_s: float = 60.0
     seed: int = 0
 

@@ -16,7 +16,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
+from burstguard.workload import seed
 from burstguard.workload.shapes import parse_key_values
 from burstguard.workload.synth import PATTERNS, PatternSpec
 
@@ -29,9 +30,9 @@ def _range(text: str, kind: type, name: str) -> tuple[Any, Any]:
     try:
         lo, hi = kind(low), kind(high if sep else low)
     except ValueError:
-        raise UserError(f"{name} {text!r}: expected A-B (e.g. 15-30)") from None
+        raise ConfigError(f"{name} {text!r}: expected A-B (e.g. 15-30)") from None
     if lo <= 0 or hi < lo:
-        raise UserError(f"{name} {text!r}: expected 0 < A <= B")
+        raise ConfigError(f"{name} {text!r}: expected 0 < A <= B")
     return lo, hi
 
 
@@ -66,10 +67,28 @@ def _params(positional: bool) -> list[inspect.Parameter]:
         opt("wl_rate", float | None, None, "--rate", "mean request rate (req/s)"),
         opt("wl_seed", int, 0, "--seed", "random seed"),
         opt("wl_burstiness", float, 1.0, "--burstiness", "gamma: shape k (CV = 1/sqrt(k))"),
-        opt("wl_burst_size", str, "15-30", "--burst-size", "burst: requests per burst, A-B"),
-        opt("wl_idle", str, "5-15", "--idle", "burst: idle gap s, A-B (scaled to --rate)"),
+        opt(
+            "wl_burst_size",
+            str,
+            seed.range_text(seed.BURST_SIZE),
+            "--burst-size",
+            "burst: requests per burst, A-B",
+        ),
+        opt(
+            "wl_idle",
+            str,
+            seed.range_text(seed.IDLE_S),
+            "--idle",
+            "burst: idle gap s, A-B (scaled to --rate)",
+        ),
         opt("wl_hurst", float, 0.8, "--hurst", "pareto: target Hurst exponent (0.5-1)"),
-        opt("wl_mmpp", str, "20,1,2,10", "--mmpp", "mmpp: RATE_ON,RATE_OFF,MEAN_ON_S,MEAN_OFF_S"),
+        opt(
+            "wl_mmpp",
+            str,
+            "20,1,2,10",
+            "--mmpp",
+            "mmpp: ON_RATE,OFF_RATE (req/s), MEAN_ON_S, MEAN_OFF_S (comma-separated)",
+        ),
         opt("wl_envelope", str | None, None, "--envelope", "ramp|step|diurnal[:key=v,...]"),
         opt(
             "wl_prompt_tokens",
@@ -89,6 +108,14 @@ def _params(positional: bool) -> list[inspect.Parameter]:
             "--class-output-tokens",
             "CLASS=SPEC: that class's output lengths (repeatable), e.g. batch=uniform:512-1024",
         ),
+        opt(
+            "wl_shared_prefix",
+            int,
+            0,
+            "--shared-prefix",
+            "TOKENS of prefix each request shares with its group (added to its prompt)",
+        ),
+        opt("wl_prefix_groups", int, 1, "--prefix-groups", "with --shared-prefix: N groups"),
     ]
 
 
@@ -99,7 +126,7 @@ def spec_from_values(values: dict[str, Any]) -> PatternSpec | None:
     try:
         on, off, t_on, t_off = (float(x) for x in values["mmpp"].split(","))
     except ValueError:
-        raise UserError(
+        raise ConfigError(
             f"--mmpp {values['mmpp']!r}: expected RATE_ON,RATE_OFF,MEAN_ON_S,MEAN_OFF_S"
         ) from None
     env_kind, env_params = _envelope(values["envelope"])
@@ -113,6 +140,7 @@ def spec_from_values(values: dict[str, Any]) -> PatternSpec | None:
         prompt_tokens=values["prompt_tokens"], output_tokens=values["output_tokens"],
         classes=values["classes"], tenants=values["tenants"],
         class_output_tokens=_class_specs(values["class_output_tokens"]),
+        shared_prefix_tokens=values["shared_prefix"], prefix_groups=values["prefix_groups"],
     )  # fmt: skip
 
 
@@ -123,7 +151,7 @@ def _class_specs(items: list[str] | None) -> tuple[tuple[str, str], ...]:
     for item in items or ():
         name, sep, spec = item.partition("=")
         if not sep or not name.strip() or not spec.strip():
-            raise UserError(f"--class-output-tokens {item!r}: expected CLASS=LENGTH_SPEC")
+            raise ConfigError(f"--class-output-tokens {item!r}: expected CLASS=LENGTH_SPEC")
         pairs.append((name.strip(), spec.strip()))
     return tuple(pairs)
 

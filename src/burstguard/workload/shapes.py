@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
 
 
 def parse_key_values(text: str, context: str) -> dict[str, float]:
@@ -26,7 +26,7 @@ def parse_key_values(text: str, context: str) -> dict[str, float]:
                 raise ValueError
             out[key.strip()] = float(value)
         except ValueError:
-            raise UserError(f"{context}: expected key=number in {part!r}") from None
+            raise ConfigError(f"{context}: expected key=number in {part!r}") from None
     return out
 
 
@@ -38,21 +38,21 @@ def sample_lengths(spec: str, n: int, rng: np.random.Generator) -> np.ndarray:
         try:
             value = int(kind)
         except ValueError:
-            raise UserError(
+            raise ConfigError(
                 f"bad length spec {spec!r}: use a number, uniform:A-B, lognormal:mean=M,sigma=S, "
                 "zipf:a=A,max=M or empirical:TRACE[:input|output]"
             ) from None
         if value < 1:
-            raise UserError(f"bad length spec {spec!r}: must be >= 1")
+            raise ConfigError(f"bad length spec {spec!r}: must be >= 1")
         return np.full(n, value, dtype=np.int64)
     if kind == "uniform":
         low, sep, high = rest.partition("-")
         try:
             lo, hi = int(low), int(high)
         except ValueError:
-            raise UserError(f"bad length spec {spec!r}: expected uniform:A-B") from None
+            raise ConfigError(f"bad length spec {spec!r}: expected uniform:A-B") from None
         if not sep or lo < 1 or hi < lo:
-            raise UserError(f"bad length spec {spec!r}: expected uniform:A-B with 1 <= A <= B")
+            raise ConfigError(f"bad length spec {spec!r}: expected uniform:A-B with 1 <= A <= B")
         return rng.integers(lo, hi + 1, n)
     if kind == "lognormal":
         p = parse_key_values(rest, f"bad length spec {spec!r}")
@@ -63,7 +63,7 @@ def sample_lengths(spec: str, n: int, rng: np.random.Generator) -> np.ndarray:
         p = parse_key_values(rest, f"bad length spec {spec!r}")
         a, cap = p.get("a", 1.5), int(p.get("max", 4096))
         if a <= 1:
-            raise UserError(f"bad length spec {spec!r}: zipf needs a > 1")
+            raise ConfigError(f"bad length spec {spec!r}: zipf needs a > 1")
         return np.minimum(rng.zipf(a, n), cap).astype(np.int64)
     if kind == "empirical":
         from burstguard.workload.traces import load_workload
@@ -72,9 +72,9 @@ def sample_lengths(spec: str, n: int, rng: np.random.Generator) -> np.ndarray:
         trace = load_workload(Path(path))
         values = trace.output_tokens if column == "output" else trace.prompt_tokens
         if len(values) == 0:
-            raise UserError(f"{path}: empty trace, cannot sample lengths")
+            raise ConfigError(f"{path}: empty trace, cannot sample lengths")
         return np.maximum(1, rng.choice(values, n)).astype(np.int64)
-    raise UserError(f"bad length spec {spec!r}: unknown model {kind!r}")
+    raise ConfigError(f"bad length spec {spec!r}: unknown model {kind!r}")
 
 
 def parse_mix(spec: str) -> dict[str, float]:
@@ -85,13 +85,13 @@ def parse_mix(spec: str) -> dict[str, float]:
         try:
             weight = float(value) if sep else 1.0
         except ValueError:
-            raise UserError(f"bad mix {spec!r}: weight of {name!r} is not a number") from None
+            raise ConfigError(f"bad mix {spec!r}: weight of {name!r} is not a number") from None
         if not name or not 0 <= weight < math.inf:  # nan and inf too
-            raise UserError(f"bad mix {spec!r}: expected name=weight with weight >= 0")
+            raise ConfigError(f"bad mix {spec!r}: expected name=weight with weight >= 0")
         weights[name] = weight
     total = sum(weights.values())
     if total <= 0:
-        raise UserError(f"bad mix {spec!r}: weights sum to zero")
+        raise ConfigError(f"bad mix {spec!r}: weights sum to zero")
     return {k: v / total for k, v in weights.items()}
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from burstguard.wire.prefix import BLOCK_TOKENS
+
 
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
@@ -47,6 +49,13 @@ class Workload:
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
+
+    @property
+    def prefix_block_tokens(self) -> int:
+        """Tokens per prefix block (`meta.block_tokens`): a Mooncake trace's hash_ids name
+        512-token blocks; burstguard's own workloads use the engine's 16."""
+        value = self.meta.get("block_tokens", BLOCK_TOKENS)
+        return value if isinstance(value, int) and value > 0 else BLOCK_TOKENS
 
     def request_id(self, i: int) -> str:
         return str(self.ids[i]) if self.ids is not None else f"r{i}"

@@ -7,8 +7,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
+from burstguard.wire.prefix import BLOCK_TOKENS, h64
 from burstguard.workload import arrivals
+from burstguard.workload.seed import BURST_SIZE, IDLE_S
 from burstguard.workload.shapes import parse_mix, sample_labels, sample_lengths
 from burstguard.workload.spec import Workload
 
@@ -32,8 +34,8 @@ class PatternSpec:
     rate: float | None = None
     seed: int = 0
     burstiness: float = 1.0
-    burst_size: tuple[int, int] = (15, 30)
-    idle_s: tuple[float, float] = (5.0, 15.0)
+    burst_size: tuple[int, int] = BURST_SIZE
+    idle_s: tuple[float, float] = IDLE_S
     burst_spread_s: float = 0.0
     mmpp_rate_on: float = 20.0
     mmpp_rate_off: float = 1.0
@@ -48,6 +50,8 @@ class PatternSpec:
     classes: str | None = None
     tenants: str | None = None
     class_output_tokens: tuple[tuple[str, str], ...] = ()
+    shared_prefix_tokens: int = 0
+    prefix_groups: int = 1
 
 
 def mean_rate(spec: PatternSpec) -> float:
@@ -92,7 +96,7 @@ def _arrivals(spec: PatternSpec, rng: np.random.Generator, multiplier: float) ->
         )
     if spec.pattern == "pareto":
         return arrivals.pareto_on_off(rate, d, rng, spec.hurst, spec.sources)
-    raise UserError(f"unknown pattern {spec.pattern!r}: use one of {', '.join(PATTERNS)}")
+    raise ConfigError(f"unknown pattern {spec.pattern!r}: use one of {', '.join(PATTERNS)}")
 
 
 MAX_REQUESTS = 50_000_000  # ~2 GB of arrays: far more than any run here needs
@@ -106,14 +110,16 @@ def _check_numbers(spec: PatternSpec) -> None:
                                                    spec.mmpp_mean_off_s)}  # fmt: skip
     for name, value in named.items():
         if value is not None and not (math.isfinite(value) and value > 0):
-            raise UserError(f"{name} must be a finite number > 0 (got {value:g})")
+            raise ConfigError(f"{name} must be a finite number > 0 (got {value:g})")
     if not (math.isfinite(spec.mmpp_rate_off) and spec.mmpp_rate_off >= 0):
-        raise UserError(
+        raise ConfigError(
             f"--mmpp: RATE_OFF must be a finite number >= 0 (got {spec.mmpp_rate_off:g})"
         )
+    if spec.shared_prefix_tokens < 0 or spec.prefix_groups < 1:
+        raise ConfigError("--shared-prefix must be >= 0 tokens and --prefix-groups >= 1")
     expected = mean_rate(spec) * spec.duration_s
     if not expected <= MAX_REQUESTS:
-        raise UserError(
+        raise ConfigError(
             f"--rate x --duration asks for ~{expected:.3g} requests; at most {MAX_REQUESTS:,}"
         )
 
@@ -134,7 +140,7 @@ def synthesize(spec: PatternSpec) -> Workload:
         else:
             times = _arrivals(spec, rng, 1.0)
     except ValueError as exc:
-        raise UserError(str(exc)) from None
+        raise ConfigError(str(exc)) from None
     n = times.size
     prompt = sample_lengths(spec.prompt_tokens, n, rng)
     output = sample_lengths(spec.output_tokens, n, rng)
@@ -142,15 +148,40 @@ def synthesize(spec: PatternSpec) -> Workload:
     tenant = sample_labels(spec.tenants, n, rng) if spec.tenants else None
     if spec.class_output_tokens:
         output = _class_outputs(spec, output, labels, rng)
+    meta: dict[str, object] = {
+        "pattern": spec.pattern, "mean_rate_rps": mean_rate(spec), "seed": spec.seed,
+    }  # fmt: skip
+    prefixes = None
+    if spec.shared_prefix_tokens:
+        prompt, prefixes = _shared_prefixes(spec, prompt, rng)
+        meta.update(shared_prefix_tokens=spec.shared_prefix_tokens,
+                    prefix_groups=spec.prefix_groups, block_tokens=BLOCK_TOKENS)  # fmt: skip
     return Workload(
         arrival_s=times,
         prompt_tokens=prompt,
         output_tokens=output,
         priority_class=labels,
         tenant=tenant,
+        prefix_hashes=prefixes,
         source=f"synthetic:{spec.pattern}",
-        meta={"pattern": spec.pattern, "mean_rate_rps": mean_rate(spec), "seed": spec.seed},
+        meta=meta,
     )
+
+
+def _shared_prefixes(
+    spec: PatternSpec, prompt: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+    """Each request joins one of `prefix_groups` groups (uniformly) and starts with its
+    group's `shared_prefix_tokens`-token prefix (as a system prompt per product): the
+    prompt grows by it, and its 16-token blocks are named per (seed, group, block), so the
+    members of a group share exactly those blocks. Drawn last: other draws are unchanged."""
+    blocks = spec.shared_prefix_tokens // BLOCK_TOKENS
+    groups = [
+        tuple(h64(f"shared-prefix/{spec.seed}/{g}/{b}".encode()) for b in range(blocks))
+        for g in range(spec.prefix_groups)
+    ]
+    member = rng.integers(0, spec.prefix_groups, prompt.size)
+    return prompt + spec.shared_prefix_tokens, [groups[g] for g in member.tolist()]
 
 
 def _class_outputs(
@@ -161,12 +192,12 @@ def _class_outputs(
     Drawn after everything else, so a workload without overrides is unchanged by this.
     """
     if labels is None:
-        raise UserError("--class-output-tokens needs --classes (a class mix to apply it to)")
+        raise ConfigError("--class-output-tokens needs --classes (a class mix to apply it to)")
     known = set(labels.tolist()) | set(parse_mix(spec.classes or ""))
     output = output.copy()
     for name, length_spec in spec.class_output_tokens:
         if name not in known:
-            raise UserError(
+            raise ConfigError(
                 f"--class-output-tokens: class {name!r} is not in --classes {spec.classes!r}"
             )
         mask = labels == name

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from burstguard.errors import UserError, read_user_text
+from burstguard.errors import FileError, read_user_text
 from burstguard.workload.spec import Workload
 
 WORKLOAD_FORMAT = "burstguard.workload/1"
@@ -46,12 +46,12 @@ def load_workload(path: Path | str, fmt: str | None = None) -> Workload:
     """Reads a trace in any supported format (detected from content unless `fmt` is given)."""
     path = Path(path)
     if fmt is not None and fmt not in FORMATS:
-        raise UserError(f"unknown trace format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        raise FileError(f"unknown trace format {fmt!r}; choose one of {', '.join(FORMATS)}")
     text = _read_text(path)
     lines = text.splitlines()
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
     if first is None:
-        raise UserError(f"{path}: the file is empty (no requests)")
+        raise FileError(f"{path}: the file is empty (no requests)")
     fmt = fmt or detect_format(path, lines[first])
     reader = {
         "burstguard": _read_burstguard,
@@ -61,7 +61,7 @@ def load_workload(path: Path | str, fmt: str | None = None) -> Workload:
     }[fmt]
     workload = reader(path, lines)
     if len(workload) == 0:
-        raise UserError(f"{path}: no requests in the file (format {fmt})")
+        raise FileError(f"{path}: no requests in the file (format {fmt})")
     workload.meta.setdefault("format", fmt)
     return workload
 
@@ -86,7 +86,7 @@ def detect_format(path: Path, first_line: str) -> str:
         if {"timestamp", "request tokens", "response tokens"} <= header:
             return "burstgpt"
     shown = line if len(line) <= 80 else line[:77] + "..."
-    raise UserError(
+    raise FileError(
         f"{path}: unrecognised trace format (line 1: {shown!r}); "
         f"give --format, one of {', '.join(FORMATS)}"
     )
@@ -105,7 +105,7 @@ def write_workload(path: Path | str, workload: Workload) -> None:
     }
     arrivals = workload.arrival_s.tolist()
     if not all(map(math.isfinite, arrivals)):
-        raise UserError(f"{path}: cannot write non-finite arrival times")
+        raise FileError(f"{path}: cannot write non-finite arrival times")
     prompts = workload.prompt_tokens.tolist()
     outputs = workload.output_tokens.tolist()
     extra: list[tuple[str, Sequence[Any]]] = [
@@ -144,14 +144,14 @@ def _json_default(value: object) -> object:
 
 def _read_text(path: Path) -> str:
     if not path.exists():
-        raise UserError(f"{path}: no such file")
+        raise FileError(f"{path}: no such file")
     if path.is_dir():
-        raise UserError(f"{path}: is a directory, not a trace file")
+        raise FileError(f"{path}: is a directory, not a trace file")
     return read_user_text(path)
 
 
-def _fail(path: Path, line: int, message: str) -> UserError:
-    return UserError(f"{path}:{line}: {message}")
+def _fail(path: Path, line: int, message: str) -> FileError:
+    return FileError(f"{path}:{line}: {message}")
 
 
 def _convert(
@@ -171,7 +171,7 @@ def _convert(
                 check(value)
             except (ValueError, TypeError, OverflowError):
                 raise _fail(path, line_of(i), f"bad {name} {value!r}") from None
-        raise UserError(f"{path}: cannot read column {name}") from None
+        raise FileError(f"{path}: cannot read column {name}") from None
 
 
 def _finite_float(value: Any) -> float:
@@ -397,7 +397,7 @@ def _hash_lists(
     for i, v in enumerate(values):
         if not isinstance(v, list) or not all(type(h) is int for h in v):
             raise _fail(path, line_of(i), f"{name} must be a list of integers, found {v!r}")
-    raise UserError(f"{path}: cannot read {name}")  # pragma: no cover - unreachable
+    raise FileError(f"{path}: cannot read {name}")  # pragma: no cover - unreachable
 
 
 def _read_burstguard(path: Path, lines: list[str]) -> Workload:

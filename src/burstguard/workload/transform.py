@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
 from burstguard.workload.spec import Workload
 
 
@@ -42,7 +42,7 @@ def slice_window(
 ) -> Workload:
     """Requests arriving in [start_s, end_s); with `rebase` the window starts at 0 s."""
     if end_s is not None and end_s <= start_s:
-        raise UserError(f"empty time window: end {end_s} s is not after start {start_s} s")
+        raise ConfigError(f"empty time window: end {end_s} s is not after start {start_s} s")
     lo = np.searchsorted(workload.arrival_s, start_s, side="left")
     hi = len(workload) if end_s is None else np.searchsorted(workload.arrival_s, end_s, "left")
     out = take(workload, np.arange(lo, hi))
@@ -55,7 +55,7 @@ def slice_window(
 def scale_rate(workload: Workload, speed: float) -> Workload:
     """Replays `workload` at `speed` x its rate: every arrival time is divided by `speed`."""
     if not 0 < speed < math.inf:
-        raise UserError(f"speed must be a finite number > 0, got {speed}")
+        raise ConfigError(f"speed must be a finite number > 0, got {speed}")
     out = take(workload, np.arange(len(workload)))
     out.arrival_s = workload.arrival_s / speed
     before = workload.meta.get("speed", 1.0)
@@ -68,7 +68,7 @@ def scale_tokens(workload: Workload, prompt: float = 1.0, output: float = 1.0) -
     on a big deployment, sized to a small engine while keeping its arrivals and the shape
     of its length distributions. Prefix hashes no longer match scaled prompts: dropped."""
     if not (0 < prompt < math.inf and 0 < output < math.inf):
-        raise UserError(
+        raise ConfigError(
             f"token scales must be finite numbers > 0, got prompt {prompt}, output {output}"
         )
     out = take(workload, np.arange(len(workload)))
@@ -87,7 +87,7 @@ def merge(workloads: Sequence[Workload]) -> Workload:
     stay unique; optional columns missing from some inputs are filled with None / False.
     """
     if not workloads:
-        raise UserError("merge needs at least one workload")
+        raise ConfigError("merge needs at least one workload")
     n = [len(w) for w in workloads]
 
     def labels(name: str) -> np.ndarray | None:
@@ -146,7 +146,7 @@ def window_and_speed(
         try:
             workload = slice_window(workload, float(start), float(end) if sep else None)
         except ValueError:
-            raise UserError(f"--window {window!r}: expected START-END in seconds") from None
+            raise ConfigError(f"--window {window!r}: expected START-END in seconds") from None
     if prompt_scale != 1.0 or output_scale != 1.0:
         workload = scale_tokens(workload, prompt_scale, output_scale)
     return scale_rate(workload, speed) if speed != 1.0 else workload

@@ -3,7 +3,9 @@ cache then holds it, by consistent hashing with bounded load (Mirrokni, Thorup a
 Zadimoghaddam, "Consistent Hashing with Bounded Loads", SODA 2018).
 
 - The key of a request is its first `affinity_blocks` prefix block hashes (16-token blocks,
-  chained as vLLM's prefix cache chains them, so equal keys mean equal leading tokens).
+  chained as vLLM's prefix cache chains them, so equal keys mean equal leading tokens;
+  `burstguard.wire.prefix`: the live gateway hashes the prompt's text, the simulator the text
+  bench would send for the workload's request).
 - Each backend has `ring_points` points on a 64-bit ring; the key's point walks clockwise
   to the first backend that may take it.
 - Bounded load: a backend may take the request only while its in-flight requests + 1 stay
@@ -18,32 +20,10 @@ the simulator place a key on the same backend.
 from __future__ import annotations
 
 import bisect
-import hashlib
 import math
 from collections.abc import Sequence
 
-from burstguard.emulator.tokens import CHARS_PER_TOKEN
-
-
-def _h64(data: bytes) -> int:
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
-
-
-def prompt_block_hashes(
-    text: str, block_tokens: int = 16, max_blocks: int | None = None
-) -> tuple[int, ...]:
-    """Chained hashes of the prompt's full `block_tokens`-token blocks (burstguard's token
-    rule: `CHARS_PER_TOKEN` characters a token); block i's hash covers blocks 0..i."""
-    width = block_tokens * CHARS_PER_TOKEN
-    n = len(text) // width
-    if max_blocks is not None:
-        n = min(n, max_blocks)
-    out: list[int] = []
-    parent = 0
-    for i in range(n):
-        parent = _h64(parent.to_bytes(8, "big") + text[i * width : (i + 1) * width].encode())
-        out.append(parent)
-    return tuple(out)
+from burstguard.wire.prefix import h64
 
 
 def affinity_key(prefix_hashes: Sequence[int], blocks: int) -> int | None:
@@ -51,7 +31,7 @@ def affinity_key(prefix_hashes: Sequence[int], blocks: int) -> int | None:
     head = prefix_hashes[:blocks]
     if not head:
         return None
-    return _h64(b"".join((h & (2**64 - 1)).to_bytes(8, "big") for h in head))
+    return h64(b"".join((h & (2**64 - 1)).to_bytes(8, "big") for h in head))
 
 
 class HashRing:
@@ -65,7 +45,7 @@ class HashRing:
 
     def _build(self, members: tuple[str, ...]) -> None:
         placed = sorted(
-            (_h64(f"{url}#{i}".encode()), url) for url in members for i in range(self._points_per)
+            (h64(f"{url}#{i}".encode()), url) for url in members for i in range(self._points_per)
         )
         self._points = [p for p, _ in placed]
         self._owners = [u for _, u in placed]

@@ -6,19 +6,45 @@ sit under a `fleet:` key of `GatewayConfig`. Defaults are argued in docs/gateway
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from burstguard.errors import UserError
+from burstguard.errors import ConfigError
+from burstguard.wire.urls import normalize_backend_url
 
 
 class _Strict(BaseModel):
     # YAML reads .inf and .nan as floats: no setting here means either (an infinite
     # interval or timeout stalls the loop that uses it, or crashes it converting to int)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class BackendOptions(_Strict):
+    """How the gateway talks to one engine: a static `backends` entry's settings, and
+    `fleet.discovery.options` for every discovered backend (the core reads the preemption
+    and priority switches per backend from these, so discovered ones get them too)."""
+
+    tokenizer: str = Field(
+        "auto", min_length=1, description="prompt token counting: auto (a request for the "
+        "reference model: its tokenizer where installed; else the estimate), estimate, or a "
+        "tokenizer.json path",
+    )  # fmt: skip
+    connect_timeout_s: float = Field(5.0, gt=0, description="TCP connect timeout")
+    read_timeout_s: float = Field(
+        600.0, gt=0, description="longest silence from the backend (headers or between chunks)"
+    )
+    forward_priority: bool = Field(
+        False,
+        description="send the class rank as vLLM's `priority` (the engine must run "
+        "--scheduling-policy priority: vLLM refuses a non-zero priority otherwise)",
+    )
+    resume: bool = Field(
+        False,
+        description="the backend continues a text it is given (vLLM, the emulator: completions "
+        "prompt + text so far, chat `continue_final_message`): the gateway may preempt",
+    )
 
 
 class DnsDiscovery(_Strict):
@@ -51,6 +77,10 @@ class DiscoveryConfig(_Strict):
 
     dns: DnsDiscovery | None = None
     file: FileDiscovery | None = None
+    options: BackendOptions | None = Field(
+        None, description="settings of every discovered backend (None: the first `backends` "
+        "entry's, or the defaults)",
+    )  # fmt: skip
 
 
 class HealthConfig(_Strict):
@@ -147,38 +177,10 @@ class FleetConfig(_Strict):
     redis: RedisConfig = RedisConfig()
 
 
-_HOST_NAME = re.compile(r"[A-Za-z0-9_.-]+")
-
-
-def normalize_backend_url(url: str, field: str) -> str:
-    """`scheme://host:port/path` without a trailing slash, scheme and host in lower case, so
-    that the same backend written two ways is one backend; UserError naming `field` for
-    anything else (a host with spaces or odd characters, a bad port or IPv6 address, or a
-    user, query or fragment, which the gateway would otherwise drop without a word)."""
-    try:
-        parts = urlsplit(url.strip())
-        port = parts.port
-    except ValueError as exc:
-        raise UserError(f"{field}: {url!r} is not a URL ({exc})") from None
-    host = (parts.hostname or "").lower()
-    if (
-        parts.scheme.lower() not in ("http", "https")
-        or not host
-        or not (_HOST_NAME.fullmatch(host) or ":" in host)  # IPv6: urlsplit checked it
-    ):
-        raise UserError(f"{field}: {url!r} is not an http(s)://host[:port] URL")
-    if parts.username is not None or parts.query or parts.fragment:
-        raise UserError(f"{field}: {url!r}: a backend URL takes no user, query or fragment")
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = host if port is None else f"{host}:{port}"
-    return f"{parts.scheme.lower()}://{netloc}{parts.path.rstrip('/')}"
-
-
 def check_backend_urls(
     urls: list[str] | tuple[str, ...], field: str, flag: bool = False
 ) -> tuple[str, ...]:
-    """The normalised URLs of a static list; a bad or repeated one is a UserError naming
+    """The normalised URLs of a static list; a bad or repeated one is a ConfigError naming
     its place: `field.0` in a config, `--backend 1` for a repeated flag (`flag`)."""
 
     def where(i: int) -> str:
@@ -188,7 +190,7 @@ def check_backend_urls(
     for i, url in enumerate(urls):
         norm = normalize_backend_url(url, where(i))
         if norm in seen:
-            raise UserError(
+            raise ConfigError(
                 f"{where(i)}: {url!r} is the same backend as {where(seen[norm])} "
                 f"({urls[seen[norm]]!r}); list each backend once"
             )

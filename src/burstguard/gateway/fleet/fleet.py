@@ -199,6 +199,12 @@ class Fleet:
             self._send(request_id, _Attempt(req, url, [url]), now)
         return url
 
+    def load(self, url: str) -> tuple[int, int]:
+        """(requests, tokens) in flight on `url` (0, 0 once forgotten): the fleet is the one
+        owner of per-backend load, which the core's per-backend caps adapt from."""
+        b = self._backends.get(url)
+        return (0, 0) if b is None else (len(b.requests), b.tokens)
+
     def has_room(self, now: float) -> bool:
         """Some routable backend is below its cap (else `route` would answer None): what
         `views` would say, without building them (asked before every release)."""

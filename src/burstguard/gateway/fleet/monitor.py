@@ -66,8 +66,8 @@ class FleetMonitor:
         return tuple(self._monitors)
 
     async def start(self) -> tuple[str, ...]:
-        """Reads discovery (a UserError naming the field if a source fails), starts the
-        scrapers and the prober. Returns the backends."""
+        """Reads discovery (a FileError or TargetError naming the field if a source
+        fails), starts the scrapers and the prober. Returns the backends."""
         urls = await self._discovery.start()
         self._prober.start()
         return urls

@@ -125,16 +125,16 @@ class Router:
         self._turn += 1
         if len(room) == 1 and not self.cfg.affinity:
             return room[0].url  # the only candidate, whatever the policy would weigh
+        pool = [b for b in room if not is_saturated(b, self.cfg)] or room
+        if self.cfg.affinity:  # before any policy: it picks for requests without a prefix
+            placed = self._by_affinity(req, pool, [b.url for b in backends])
+            if placed is not None:
+                return placed
         policy = self.cfg.policy
         if policy == "round_robin":
             return room[turn % len(room)].url
         if policy == "least_request":
             return _least(room, lambda b: (b.in_flight,), turn)
-        pool = [b for b in room if not is_saturated(b, self.cfg)] or room
-        if self.cfg.affinity:
-            placed = self._by_affinity(req, pool, [b.url for b in backends])
-            if placed is not None:
-                return placed
         unknown = _median_speed(pool)
         return _least(pool, lambda b: (score(b, req, self.cfg, unknown), b.in_flight), turn)
 

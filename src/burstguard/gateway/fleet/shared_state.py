@@ -28,6 +28,14 @@ in every ordering decision); what must hold across replicas is the *caps*:
   tenants per class (the rest are charged to `~overflow`) and expires two windows after
   its last write; a tenant's first read is only a baseline, and a window boundary is
   bridged by reading the previous window too.
+- **Quotas** (`charge_quota`, `settle_quota_soon`): a tenant's token buckets live in
+  Redis, one hash per bucket (level, time of Redis' clock), charged by one Lua script per
+  request that refills every bucket of its rule, admits only when each holds its cost and
+  then debits all (the arithmetic of `gateway.quota`), so N replicas enforce one quota. A
+  bucket's key expires when it would be full again (absent = full). Redis unreachable:
+  `charge_quota` answers None and the core charges its own buckets at quota/N (N =
+  `replicas`); settlements of requests charged in Redis are then dropped (the tenant is
+  charged its reservation: never less than it used).
 - **Aggregates** (`sync`): each gateway publishes its queue depth and arrival rate under a
   key with a TTL; the sum over live gateways is what an autoscaler scales on.
 """
@@ -36,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import socket
 import time
@@ -50,9 +59,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from burstguard.errors import UserError
+from burstguard.errors import TargetError
 from burstguard.gateway.fleet.config import RedisConfig
 from burstguard.gateway.queue import OVERFLOW_TENANT
+from burstguard.gateway.quota import BucketCharge, Kind, Plan, RateLimit, Verdict
 
 log = logging.getLogger("burstguard.gateway.fleet")
 
@@ -152,6 +162,66 @@ return out
 """
 )
 
+# KEYS buckets; ARGV per key: refill per ms, burst, cost -> {admitted 0/1, wait ms (-1:
+# never), index of the slowest bucket, per key its level after} (numbers as strings)
+_QUOTA_TAKE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local levels, wait, worst = {}, 0, 0
+for i = 1, #KEYS do
+  local rate, burst = tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1])
+  local cost = tonumber(ARGV[3 * i])
+  local v = redis.call('HMGET', KEYS[i], 'l', 't')
+  local level = burst
+  if v[1] then
+    level = tonumber(v[1])
+    local at = tonumber(v[2])
+    if now > at then level = math.min(burst, level + rate * (now - at)) end
+  end
+  levels[i] = level
+  local w = 0
+  if cost > burst * (1 + 1e-9) then
+    w = -1
+  elseif cost - level > 1e-9 * math.max(1, burst) then
+    w = (cost - level) / rate
+  end
+  if wait >= 0 and (w < 0 or w > wait) then wait, worst = w, i end
+end
+local ok = 0
+if wait == 0 then
+  ok = 1
+  for i = 1, #KEYS do
+    local rate, burst = tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1])
+    levels[i] = levels[i] - tonumber(ARGV[3 * i])
+    redis.call('HSET', KEYS[i], 'l', tostring(levels[i]), 't', tostring(now))
+    redis.call('PEXPIRE', KEYS[i], math.ceil((burst - levels[i]) / rate) + 1000)
+  end
+end
+local out = {ok, tostring(wait), worst}
+for i = 1, #KEYS do out[#out + 1] = tostring(levels[i]) end
+return out
+"""
+
+# KEYS buckets; ARGV per key: refill per ms, burst, amount (given back; negative: charged)
+_QUOTA_GIVE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+for i = 1, #KEYS do
+  local rate, burst = tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1])
+  local v = redis.call('HMGET', KEYS[i], 'l', 't')
+  local level = burst
+  if v[1] then
+    level = tonumber(v[1])
+    local at = tonumber(v[2])
+    if now > at then level = math.min(burst, level + rate * (now - at)) end
+  end
+  level = math.min(burst, level + tonumber(ARGV[3 * i]))
+  redis.call('HSET', KEYS[i], 'l', tostring(level), 't', tostring(now))
+  redis.call('PEXPIRE', KEYS[i], math.ceil((burst - level) / rate) + 1000)
+end
+return 1
+"""
+
 _UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
@@ -211,6 +281,9 @@ class SharedState:
         self._renew = self._redis.register_script(_RENEW)
         self._publish = self._redis.register_script(_PUBLISH)
         self._tenants = self._redis.register_script(_TENANTS)
+        self._quota_take = self._redis.register_script(_QUOTA_TAKE)
+        self._quota_give = self._redis.register_script(_QUOTA_GIVE)
+        self._settling: set[asyncio.Task[None]] = set()
         p = cfg.key_prefix
         self._gateways_key = f"{p}:gateways"
         self._gateway_prefix = f"{p}:gateway:"
@@ -240,20 +313,20 @@ class SharedState:
     # -- connection and degraded mode ---------------------------------------------------
 
     async def connect(self) -> bool:
-        """Checks Redis at start. Unreachable: a warning and degraded mode, or a UserError
+        """Checks Redis at start. Unreachable: a warning and degraded mode, or a TargetError
         naming the field when `required`. True when connected."""
         try:
             await self._redis.ping()
         except _UNREACHABLE as exc:
             if self.cfg.required:
-                raise UserError(
+                raise TargetError(
                     f"{REDIS_FIELD}: cannot reach Redis at {self.cfg.url} ({exc}); "
                     "start it, or drop fleet.redis.required to serve degraded"
                 ) from exc
             self._degrade(exc)
             return False
         except RedisError as exc:  # e.g. a wrong password: a config error, not an outage
-            raise UserError(f"{REDIS_FIELD}: Redis at {self.cfg.url} refused us ({exc})") from exc
+            raise TargetError(f"{REDIS_FIELD}: Redis at {self.cfg.url} refused us ({exc})") from exc
         return True
 
     def _degrade(self, exc: BaseException) -> None:
@@ -452,6 +525,60 @@ class SharedState:
                     served.setdefault(cls, {})[tenant] = rise - own
         self._seen, self._window = seen, window
         return served
+
+    # -- quotas -------------------------------------------------------------------------
+
+    def _quota_args(
+        self, pairs: Sequence[tuple[BucketCharge, float]], speedup: float
+    ) -> tuple[list[str], list[float]]:
+        """Keys and per-key (refill per wall ms, burst, amount): the core's clock runs
+        `speedup` x wall time, Redis' is wall time."""
+        keys = [f"{self.cfg.key_prefix}:quota:{c.bucket}" for c, _ in pairs]
+        args: list[float] = []
+        for c, amount in pairs:
+            args += [c.per_s * speedup / 1000.0, c.burst, amount]
+        return keys, args
+
+    async def charge_quota(self, plan: Plan, speedup: float = 1.0) -> Verdict | None:
+        """Charges `plan` in Redis (one script: all buckets or none); its verdict with the
+        wait in the core's clock, or None when Redis is unreachable (degraded: the core
+        charges its own buckets at quota / replicas)."""
+        if self.degraded and not await self._try_rejoin():
+            return None
+        keys, args = self._quota_args([(c, c.cost) for c in plan.charges], speedup)
+        try:
+            res = await self._quota_take(keys=keys, args=args)
+        except _UNREACHABLE as exc:
+            self._degrade(exc)
+            return None
+        ok, wait_ms, worst = int(res[0]), float(res[1]), int(res[2])
+        limits: dict[Kind, RateLimit] = {}
+        for c, level in zip(plan.charges, res[3:], strict=True):
+            lvl = float(level)
+            limits[c.kind] = RateLimit(c.burst, max(0.0, float(int(lvl + 1e-9))),
+                                       max(0.0, c.burst - lvl) / c.per_s)  # fmt: skip
+        wait = math.inf if wait_ms < 0 else wait_ms / 1000.0 * speedup
+        refused = plan.charges[worst - 1].kind if not ok and worst else None
+        return Verdict(bool(ok), 0.0 if ok else wait, refused, limits, shared=True)
+
+    def settle_quota_soon(
+        self, amounts: Sequence[tuple[BucketCharge, float]], speedup: float = 1.0
+    ) -> None:
+        """Gives each bucket its amount back (negative: charges it), without waiting;
+        dropped while Redis is unreachable (its tenant keeps its reservation charged)."""
+        if self.degraded or not amounts:
+            return
+        keys, args = self._quota_args(amounts, speedup)
+
+        async def give() -> None:
+            try:
+                await self._quota_give(keys=keys, args=args)
+            except _UNREACHABLE as exc:
+                self._degrade(exc)
+
+        task = asyncio.get_running_loop().create_task(give())
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -6,9 +6,10 @@
   (modification time, size, inode: an atomic rename or a ConfigMap symlink swap counts)
   and re-read when it changed.
 
-At start every source must work: an unresolvable name or an unreadable or invalid file is
-a `UserError` naming the config field. Later, a failed resolution or a bad edit keeps the
-last good list (a DNS blip must not drain the fleet) and is counted and logged.
+At start every source must work: an unresolvable name (`TargetError`) or an unreadable or
+invalid file (`FileError`) is refused naming the config field. Later, a failed resolution
+or a bad edit keeps the last good list (a DNS blip must not drain the fleet) and is
+counted and logged.
 `Discovery` merges the sources and calls `on_change` with the merged list when it changes;
 `Fleet.set_backends` takes that list.
 """
@@ -23,13 +24,9 @@ import socket
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
-from burstguard.errors import UserError, read_user_text
-from burstguard.gateway.fleet.config import (
-    DiscoveryConfig,
-    DnsDiscovery,
-    FileDiscovery,
-    normalize_backend_url,
-)
+from burstguard.errors import BurstguardError, FileError, TargetError, read_user_text
+from burstguard.gateway.fleet.config import DiscoveryConfig, DnsDiscovery, FileDiscovery
+from burstguard.wire.urls import normalize_backend_url
 
 log = logging.getLogger("burstguard.gateway.fleet")
 
@@ -38,7 +35,7 @@ FILE_FIELD = "fleet.discovery.file.path"
 
 
 def parse_backend_file(text: str, source: str) -> tuple[str, ...]:
-    """The normalised URLs a backend file lists; a bad or repeated line is a UserError
+    """The normalised URLs a backend file lists; a bad or repeated line is a FileError
     naming `source:line`."""
     seen: dict[str, int] = {}
     for lineno, raw in enumerate(text.splitlines(), start=1):
@@ -47,7 +44,7 @@ def parse_backend_file(text: str, source: str) -> tuple[str, ...]:
             continue
         url = normalize_backend_url(line, f"{source}:{lineno}")
         if url in seen:
-            raise UserError(
+            raise FileError(
                 f"{source}:{lineno}: {line!r} is the same backend as line {seen[url]}; "
                 "list each backend once"
             )
@@ -78,7 +75,7 @@ def _file_stamp(path: Path) -> tuple[int, int, int]:
 
 
 def read_backend_file(cfg: FileDiscovery) -> tuple[str, ...]:
-    """The URLs the file lists; OSError when unreadable, UserError when invalid (not UTF-8
+    """The URLs the file lists; OSError when unreadable, FileError when invalid (not UTF-8
     included: any other error would end the watch for good)."""
     path = Path(cfg.path)
     return parse_backend_file(read_user_text(path), str(path))
@@ -110,11 +107,11 @@ class Discovery:
         return self._merged
 
     async def start(self) -> tuple[str, ...]:
-        """Reads every source once (a failure is a UserError naming the field), then keeps
-        the dynamic ones polled. Returns the merged list."""
+        """Reads every source once (a failure is a TargetError or FileError naming the
+        field), then keeps the dynamic ones polled. Returns the merged list."""
         try:
             await self._first_reads()
-        except UserError:
+        except BurstguardError:
             await self.stop()
             raise
         self._merge()
@@ -126,14 +123,14 @@ class Discovery:
             try:
                 self._lists["dns"] = await self._resolve(dns)
             except OSError as exc:
-                raise UserError(f"{DNS_FIELD}: {dns.name!r} does not resolve ({exc})") from exc
+                raise TargetError(f"{DNS_FIELD}: {dns.name!r} does not resolve ({exc})") from exc
             self._tasks.append(asyncio.create_task(self._poll(dns.interval_s, self.refresh_dns)))
         if file is not None:
             try:
                 self._file_stamp = _file_stamp(Path(file.path))
                 self._lists["file"] = read_backend_file(file)
             except OSError as exc:
-                raise UserError(f"{FILE_FIELD}: cannot read {file.path!r} ({exc})") from exc
+                raise FileError(f"{FILE_FIELD}: cannot read {file.path!r} ({exc})") from exc
             self._tasks.append(asyncio.create_task(self._poll(file.interval_s, self.refresh_file)))
 
     async def refresh_dns(self) -> None:
@@ -153,7 +150,7 @@ class Discovery:
                 return
             self._lists["file"] = read_backend_file(self._cfg.file)
             self._file_stamp = stamp
-        except (OSError, UserError) as exc:
+        except (OSError, BurstguardError) as exc:
             self._error(f"{FILE_FIELD}: {exc}; keeping the last list")
             return
         self._merge()

@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from burstguard.errors import UserError
+from burstguard.errors import TargetError
 
 
 def normalize_target(url: str) -> str:
@@ -20,31 +20,31 @@ def normalize_target(url: str) -> str:
     if base.endswith("/v1"):
         base = base[:-3]
     if not base.startswith(("http://", "https://")):
-        raise UserError(f"--target {url!r}: expected an http:// or https:// URL")
+        raise TargetError(f"--target {url!r}: expected an http:// or https:// URL")
     return base
 
 
 def served_cards(base: str, timeout_s: float = 5.0) -> list[dict[str, Any]]:
-    """The model cards the target lists (`id`, and `max_model_len` on vLLM); UserError when
+    """The model cards the target lists (`id`, and `max_model_len` on vLLM); TargetError when
     it is unreachable or not OpenAI-like."""
     url = f"{base}/v1/models"
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:
             body = resp.read(1 << 20)
     except urllib.error.HTTPError as exc:
-        raise UserError(
+        raise TargetError(
             f"{base} does not look like an OpenAI-compatible server: "
             f"GET /v1/models returned HTTP {exc.code}"
         ) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise UserError(f"cannot reach {base}: {reason}") from None
+        raise TargetError(f"cannot reach {base}: {reason}") from None
     try:
         cards = json.loads(body)["data"]
         if not all(isinstance(c, dict) and "id" in c for c in cards):
             raise TypeError
     except (ValueError, KeyError, TypeError):
-        raise UserError(
+        raise TargetError(
             f"{base} does not look like an OpenAI-compatible server: "
             "GET /v1/models did not return a model list"
         ) from None
@@ -63,11 +63,11 @@ def check_target(target: str, model: str | None) -> tuple[str, str]:
     if model is None:
         if len(models) != 1:
             listed = ", ".join(models) or "none"
-            raise UserError(f"give --model: {base} serves {listed}")
+            raise TargetError(f"give --model: {base} serves {listed}")
         return base, models[0]
     if model not in models:
         listed = ", ".join(models) or "none"
-        raise UserError(f"model {model!r} is not served by {base} (it serves: {listed})")
+        raise TargetError(f"model {model!r} is not served by {base} (it serves: {listed})")
     return base, model
 
 

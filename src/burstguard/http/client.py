@@ -1,11 +1,11 @@
 """The gateway's HTTP/1.1 client to its backend: pooled keep-alive connections, raw relay.
 (`burstguard bench` and `calibrate` send with it too: it costs far less CPU per streamed
-request than aiohttp, see bench/stream.py.)
+request than aiohttp: docs/bench.md, "The client's own limits".)
 
 A generation answer is either read whole (JSON, errors) or relayed: each read from the
 backend socket is parsed (httptools, C) and its body pieces handed to a sink callback in
 the same call, with no reader queue and no task wake-up per chunk. That is what keeps the
-gateway's cost per streamed token low (docs/gateway.md, "overhead"). A relay can also be
+gateway's cost per streamed token low (docs/gateway.md, "Overhead benchmark"). A relay can also be
 armed before the answer's head arrives (`Call.on_head`): then the first token is written
 to the client in the same loop pass that read it, with no task wake-up on the way.
 

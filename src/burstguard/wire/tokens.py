@@ -5,12 +5,11 @@ cheap, deterministic and the same everywhere, so that a prompt the bench synthes
 N tokens is counted as N tokens by the emulator (`burstguard.tokenizer` uses the served
 model's real tokenizer instead where it is on this machine). The rule: ~4 characters per
 token for everything but CJK text (the usual rate of English BPE vocabularies), and
-1.7 tokens per CJK character (Han, kana, Hangul, CJK and full-width punctuation). The
-reference model SmolLM2-135M's byte-level BPE spends 1.80 tokens per CJK character over
-the seed article's 5,087 and 1.63 on its 27-character prompt; 1.7 keeps both within 10 %
-(a multilingual vocabulary such as Qwen's spends ~1 per character: the rule then
-overcounts, the pessimistic side for capacity). So a text of `a` other characters and
-`h` CJK characters is `ceil(a / 4 + 1.7 h)` tokens.
+1.7 tokens per CJK character (Han, kana, Hangul, CJK and full-width punctuation), the
+rate of the reference model SmolLM2-135M's byte-level BPE on the seed's Chinese text
+(docs/engine.md, "Prompt tokens", has the counts). A multilingual vocabulary such as
+Qwen's spends fewer: the rule then overcounts, the pessimistic side for capacity. So a
+text of `a` other characters and `h` CJK characters is `ceil(a / 4 + 1.7 h)` tokens.
 A chat prompt adds a fixed overhead per message (role and delimiters, as chat templates
 do) and once for the reply header; the emulator and the sim add a profile's
 `model.chat_template_tokens` on top (what a real model's template inserts, measured by

@@ -3,7 +3,8 @@
 Why not uvicorn + Starlette: a proxied token costs one read from the engine and one write
 to the client, and under a burst the gateway relays tens of thousands of them a second.
 Through ASGI each one crossed a stream reader, a task wake-up and four `send` wrappers
-(~40 us of gateway CPU per chunk, docs/gateway.md "Overhead benchmark"); here the upstream
+(what that cost, from py-spy profiles: docs/measurements/2026-12-05-gateway-overhead.md);
+here the upstream
 protocol's callback writes the chunk to the client transport directly. The server keeps
 what a proxy needs and nothing more: keep-alive (and pipelined requests, answered in
 order), body size limits decided from the headers, `Expect: 100-continue` (sent when the
@@ -38,11 +39,34 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import NoReturn, cast
+from typing import NoReturn, Protocol, cast
 
 import httptools
 
-from burstguard.gateway.config import LimitsConfig
+
+class ServerLimits(Protocol):
+    """What the server reads of its limits (the gateway's `LimitsConfig` is one): kept as a
+    protocol so that this module imports nothing of the gateway."""
+
+    @property
+    def max_connections(self) -> int: ...
+    @property
+    def max_head_bytes(self) -> int: ...
+    @property
+    def max_header_lines(self) -> int: ...
+    @property
+    def max_pipelined(self) -> int: ...
+    @property
+    def head_timeout_s(self) -> float: ...
+    @property
+    def body_timeout_s(self) -> float: ...
+    @property
+    def keep_alive_s(self) -> float: ...
+    @property
+    def send_timeout_s(self) -> float: ...
+    @property
+    def linger_s(self) -> float: ...
+
 
 log = logging.getLogger("burstguard.gateway")
 
@@ -55,6 +79,7 @@ _REASONS = {
 }  # fmt: skip
 
 Header = tuple[str, str]
+_ONCE = frozenset(("host", "authorization", "x-api-key"))  # ambiguous when repeated
 
 
 @dataclass(slots=True)
@@ -257,6 +282,7 @@ class HttpConnection(asyncio.Protocol):
         self._url = b""
         self._head_bytes = 0  # of the current head, counted by the parser's callbacks
         self._head_lines = 0
+        self._repeated: str | None = None  # a header that must appear once, seen twice
         self._head_fed = 0  # bytes fed since the last complete head, outside any body
         self._in_message = False  # the parser is between a message's first and last byte
         self._in_body = False
@@ -353,8 +379,9 @@ class HttpConnection(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             self._bad(400, "protocol upgrades are not supported", "bad_http")
         except httptools.HttpParserError as exc:
-            if not self._broken:
-                self._bad(400, f"malformed HTTP request: {exc}", "bad_http")
+            if not self._broken:  # the parser's own words stay in the log, not the answer
+                log.debug("malformed HTTP request: %s", exc)
+                self._bad(400, "malformed HTTP request", "bad_http")
         if self._head_fed > self._max_head and not self._in_body and not self._broken:
             self._bad(431, f"request head larger than {self._max_head} bytes", "head_too_large")
 
@@ -363,6 +390,7 @@ class HttpConnection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self._url = b""
         self._head_bytes = self._head_lines = 0
+        self._repeated = None
         self._in_message = True
         self._req = HttpRequest("", "", {})
         self._expect(_HEAD, self._head_timeout_s)
@@ -379,7 +407,10 @@ class HttpConnection(asyncio.Protocol):
         if self._head_bytes > self._max_head or self._head_lines > self._max_lines:
             self._head_too_large()
         assert self._req is not None
-        self._req.headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+        key = name.decode("latin-1").lower()
+        if key in self._req.headers and key in _ONCE:
+            self._repeated = key
+        self._req.headers.setdefault(key, value.decode("latin-1"))
 
     def _head_too_large(self) -> NoReturn:
         if self._head_lines > self._max_lines:
@@ -391,6 +422,10 @@ class HttpConnection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         req = self._req
         assert req is not None
+        refusal = self._refusal(req)
+        if refusal is not None:  # answered once, before any handler sees it
+            self._bad(400, refusal, "bad_http")
+            raise httptools.HttpParserError(refusal)
         self._head_fed = 0
         self._in_body = True
         self._expect(_BODY, self._body_timeout_s)
@@ -406,6 +441,21 @@ class HttpConnection(asyncio.Protocol):
             self._deliver(req, broken=True)  # answered now; the body that follows is not read
         elif req.headers.get("expect", "").lower() == "100-continue":
             self._continue = req  # sent when its turn comes and the head passes its checks
+
+    def _refusal(self, req: HttpRequest) -> str | None:
+        """Why a head is refused whatever its route: a protocol switch (the gateway speaks
+        HTTP/1.1 only; refused before anything is forwarded), CONNECT, or a Host or
+        Authorization header missing or repeated (RFC 9112 3.2: an HTTP/1.1 request has
+        exactly one Host; two credentials leave the one that counts ambiguous)."""
+        if "upgrade" in req.headers:
+            return "protocol upgrades are not supported"
+        if self._parser.get_method() == b"CONNECT":
+            return "CONNECT is not supported"
+        if self._repeated is not None:
+            return f"the {self._repeated} header appears more than once"
+        if "host" not in req.headers and self._parser.get_http_version() != "1.0":
+            return "an HTTP/1.1 request needs a Host header"
+        return None
 
     def on_body(self, body: bytes) -> None:
         req = self._req
@@ -626,7 +676,7 @@ class HttpServer:
 
     def __init__(
         self, handler: Handler, write_error: ErrorWriter, *, max_body_bytes: int,
-        limits: LimitsConfig, flush_interval_s: float = 0.0,
+        limits: ServerLimits, flush_interval_s: float = 0.0,
         check_head: HeadCheck = lambda req: None,
         on_limit: Callable[[str], None] = lambda reason: None,
     ) -> None:  # fmt: skip
