@@ -8,9 +8,11 @@ import pytest
 from burstguard.calibrate.kernel_fit import DECODE, PREFILL, fit_kernels
 from burstguard.calibrate.kernels import KernelTable, read_table, scale_table
 from burstguard.engine.config import EngineConfig
+from burstguard.engine.core import EngineCore
 from burstguard.engine.kernel_model import KernelModel
 from burstguard.engine.perf_model import BatchShape
 from burstguard.engine.profile import Profile, list_profiles
+from burstguard.engine.request import EngineRequest
 from burstguard.engine.specs import load_gpu
 
 KERNEL_FIT = [n for n in list_profiles() if Profile.load(n).kind == "kernel_fit"]
@@ -126,3 +128,30 @@ def test_a_prefix_hit_costs_no_prefill_compute_but_its_kv_is_read() -> None:
     hit = perf.step_time(BatchShape(104, 0, 896, 104 * 896 + 104 * 105 // 2, 1))
     fresh = perf.step_time(BatchShape(104, 0, 0, 104 * 105 // 2, 1))
     assert fresh < hit < 0.5 * cold
+
+
+def test_a_prefix_hit_request_pays_its_request_cost_and_reads_its_cached_kv() -> None:
+    """The step shape the engine core prices for a request whose prompt is mostly cached:
+    its first step counts it as a new request (the per-request cost), the hit as context."""
+    shapes: list[BatchShape] = []
+    profile = Profile.load("llama3-8b-h100")
+    priced = profile.perf
+
+    class Recorder:
+        def step_time(self, batch: BatchShape) -> float:
+            shapes.append(batch)
+            return priced.step_time(batch)
+
+    profile.perf = Recorder()
+    prefix = tuple(range(2000 // 16))
+    core = EngineCore(EngineConfig(enable_prefix_caching=True), profile)
+    for k in range(2):
+        core.add_request(EngineRequest(f"r{k}", 2000, 1, arrival_s=0.0, prefix_hashes=prefix), 0.0)
+        core.begin_step(0.0)
+        core.end_step()
+    cold, hit = shapes
+    hits = 1999 // 16 * 16  # all full blocks but the last token's
+    assert cold.prefill_seqs == 1 and cold.context_tokens == 0
+    assert hit.prefill_seqs == 1  # before issue 35: 0, a hit skipped the per-request cost
+    assert hit.context_tokens == hits and hit.prefill_tokens == 2000 - hits
+    assert priced.step_time(hit) < 0.2 * priced.step_time(cold)
