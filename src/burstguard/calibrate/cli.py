@@ -1,5 +1,8 @@
 """`burstguard calibrate --target URL --out PROFILE.yaml`: fit a `fitted` emulator profile.
 
+(`--kernels TABLE --shape MODEL --gpu GPU` instead fits a GPU profile to measured kernel
+times: calibrate/from_kernels.py.)
+
 It times lone prefills of several prompt lengths, bursts of short prompts sent together
 and decode steps at several batch sizes on the live engine, fits the linear step-time
 model (calibrate/fit.py) and reads the KV cache capacity from vLLM's
@@ -27,6 +30,7 @@ import yaml
 
 from burstguard.bench.stream import new_client
 from burstguard.calibrate.fit import StepSample, fit_step_model
+from burstguard.calibrate.from_kernels import calibrate_from_kernels
 from burstguard.calibrate.probe import (
     Target,
     burst_samples,
@@ -136,8 +140,10 @@ async def _measure(
 
 
 def calibrate(
-    target: Annotated[str, typer.Option(help="base URL of the engine, e.g. http://127.0.0.1:8000")],
     out: Annotated[Path, typer.Option(help="profile YAML to write")],
+    target: Annotated[
+        str | None, typer.Option(help="base URL of the engine, e.g. http://127.0.0.1:8000")
+    ] = None,
     name: Annotated[str, typer.Option(help="profile name")] = "calibrated",
     model: Annotated[str | None, typer.Option(help="model name (default: /v1/models)")] = None,
     prompt_lengths: Annotated[str, typer.Option(help="prefill probes, tokens")] = (
@@ -158,8 +164,50 @@ def calibrate(
     device: Annotated[
         str, typer.Option(help="where the engine computes: auto, cpu (records this CPU), gpu")
     ] = "auto",
+    kernels: Annotated[
+        str | None,
+        typer.Option(help="instead of --target: a kernel table (packaged name or CSV path)"),
+    ] = None,
+    scale_by: Annotated[
+        str | None, typer.Option(help="NUM,DEN: derive the table as TABLE x NUM / DEN")
+    ] = None,
+    shape: Annotated[str, typer.Option(help="--kernels: model shape (name or YAML)")] = "",
+    gpu: Annotated[str, typer.Option(help="--kernels: GPU the profile is for")] = "",
+    fitted_on: Annotated[
+        str | None, typer.Option(help="--kernels: GPU the table was measured on (default --gpu)")
+    ] = None,
+    tp: Annotated[int, typer.Option(min=1, help="--kernels: tensor-parallel degree")] = 1,
+    step_overhead_ms: Annotated[
+        float, typer.Option(min=0, help="--kernels: serving overhead per step (assumed)")
+    ] = 0.8,
+    request_overhead_ms: Annotated[
+        float, typer.Option(min=0, help="--kernels: cost per new request (assumed)")
+    ] = 1.0,
+    link_latency_us: Annotated[
+        float, typer.Option(min=0, help="--kernels, TP: latency per all-reduce (assumed)")
+    ] = 10.0,
+    link_efficiency: Annotated[
+        float, typer.Option(min=0.01, max=1, help="--kernels, TP: share of link bandwidth")
+    ] = 0.7,
 ) -> None:
-    """Fit an emulator profile (step-time model + KV capacity) from a live engine."""
+    """Fit an emulator profile (step-time model + KV capacity) from a live engine
+    (--target), or a GPU profile from measured kernel times (--kernels)."""
+    if (target is None) == (kernels is None):
+        raise UserError("give one of --target URL (a live engine) or --kernels TABLE")
+    if kernels is not None:
+        if not shape or not gpu:
+            raise UserError(
+                "--kernels needs --shape (e.g. llama3-8b) and --gpu (e.g. a100-sxm-80gb)"
+            )
+        calibrate_from_kernels(
+            kernels=kernels, scale_by=scale_by, shape_name=shape, gpu_name=gpu,
+            fitted_on=fitted_on, tp=tp, out=out, name=name, description=description,
+            step_overhead_s=step_overhead_ms / 1e3, request_overhead_s=request_overhead_ms / 1e3,
+            allreduce_latency_s=link_latency_us / 1e6,
+            allreduce_efficiency=link_efficiency,
+        )  # fmt: skip
+        return
+    assert target is not None
     if device not in ("auto", "cpu", "gpu"):
         raise UserError(f"--device: auto, cpu or gpu (got {device!r})")
     check_writable(out, "--out")  # before minutes of probes, not after them

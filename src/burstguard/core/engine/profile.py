@@ -1,8 +1,9 @@
 """Hardware + model profiles: the data behind the step-time model and the KV pool size.
 
 A profile is a YAML file (schema `burstguard.profile/1`, documented in docs/engine.md)
-holding either roofline figures (model shape, GPU peaks, efficiencies) or a linear fit of
-measured step times. Built-in profiles live in `core/engine/profiles/`; a path works too.
+holding roofline figures (model shape, GPU peaks, efficiencies), a GPU fit to measured
+kernel times (`kernel_fit`, core/engine/kernel_model.py) or a linear fit of measured step
+times. Built-in profiles live in `core/engine/profiles/`; a path works too.
 A fitted profile records the machine it was fitted on (`fitted.machine`): a CPU engine's
 speed is its machine's, so a built-in name resolves to this machine's own calibration
 when one is cached (`machine_profile_path`, written by `engines.vllm_cpu.machine_profile`
@@ -20,8 +21,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from burstguard.core.engine.config import EngineConfig, EngineConfigError
+from burstguard.core.engine.kernel_model import KernelModel, kernel_model, linear_ops
 from burstguard.core.engine.machine import CpuInfo, this_cpu
 from burstguard.core.engine.perf_model import BatchShape, FittedModel, PerfModel, RooflineModel
+from burstguard.core.engine.specs import ModelShape
 from burstguard.errors import BurstguardError, ConfigError
 
 PROFILE_SCHEMA = "burstguard.profile/1"
@@ -42,6 +45,9 @@ class ModelSection(_Strict):
     head_dim: int | None = Field(default=None, gt=0)
     dtype_bytes: float | None = Field(default=None, gt=0)
     weight_bytes: float | None = Field(default=None, gt=0)
+    hidden_size: int | None = Field(default=None, gt=0)
+    intermediate_size: int | None = Field(default=None, gt=0)
+    vocab_size: int | None = Field(default=None, gt=0)
     chat_template_tokens: int = Field(default=0, ge=0)
     """Tokens the served model's chat template adds to a chat request beyond burstguard's
     counting rule (`wire.tokens`: 4 per message + 3): e.g. a default system prompt that
@@ -53,12 +59,44 @@ class HardwareSection(_Strict):
     gpu_memory_bytes: float = Field(gt=0)
     mem_bandwidth_bytes_s: float = Field(gt=0)
     peak_flops: float = Field(gt=0)
+    interconnect_bytes_s: float | None = Field(default=None, gt=0)
 
 
 class RooflineSection(_Strict):
     mem_efficiency: float = Field(gt=0, le=1)
     compute_efficiency: float = Field(gt=0, le=1)
     step_overhead_s: float = Field(ge=0)
+
+
+class CorrectionSection(_Strict):
+    """Measured / fitted linear-op time at the kernel table's token counts."""
+
+    num_tokens: list[int]
+    ratio: list[float]
+
+    @model_validator(mode="after")
+    def _same_length(self) -> CorrectionSection:
+        if len(self.num_tokens) != len(self.ratio) or self.num_tokens != sorted(self.num_tokens):
+            raise ValueError("num_tokens (ascending) and ratio need the same length")
+        return self
+
+
+class KernelFitSection(_Strict):
+    """A GPU profile fitted to measured kernel times (`burstguard calibrate --kernels`;
+    core/engine/kernel_model.py says what each figure multiplies)."""
+
+    tensor_parallel: int = Field(default=1, gt=0)
+    mem_efficiency: float = Field(gt=0, le=1)
+    compute_efficiency: float = Field(gt=0, le=1)
+    knee: float = Field(ge=1)
+    elementwise_s: float = Field(ge=0)
+    activation_bytes_per_token: float = Field(ge=0)
+    correction: CorrectionSection | None = None
+    step_overhead_s: float = Field(ge=0)
+    request_overhead_s: float = Field(default=0.0, ge=0)
+    allreduce_latency_s: float = Field(default=0.0, ge=0)
+    allreduce_efficiency: float = Field(default=1.0, gt=0, le=1)
+    provenance: dict[str, Any] = Field(default_factory=dict)
 
 
 class MemorySection(_Strict):
@@ -107,8 +145,8 @@ class FittedSection(_Strict):
 
 
 class ProfileFile(_Strict):
-    """The YAML document. Either `roofline` (with `hardware`, `memory` and a full `model`)
-    or `fitted`."""
+    """The YAML document: one of `roofline` or `kernel_fit` (each with `hardware`,
+    `memory` and a full `model`) or `fitted`."""
 
     schema_: Literal["burstguard.profile/1"] = Field(alias="schema")
     name: str
@@ -116,6 +154,7 @@ class ProfileFile(_Strict):
     model: ModelSection
     hardware: HardwareSection | None = None
     roofline: RooflineSection | None = None
+    kernel_fit: KernelFitSection | None = None
     memory: MemorySection | None = None
     fitted: FittedSection | None = None
     sources: list[str] = Field(default_factory=list)
@@ -123,11 +162,12 @@ class ProfileFile(_Strict):
 
     @model_validator(mode="after")
     def _one_kind(self) -> ProfileFile:
-        if (self.roofline is None) == (self.fitted is None):
-            raise ValueError("give exactly one of the sections `roofline` or `fitted`")
-        if self.roofline is not None:
+        kinds = [k for k in ("roofline", "kernel_fit", "fitted") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError("give exactly one of the sections `roofline`, `kernel_fit`, `fitted`")
+        if kinds[0] != "fitted":
             missing = [s for s in ("hardware", "memory") if getattr(self, s) is None]
-            shape = (
+            shape = [
                 "params",
                 "num_layers",
                 "num_heads",
@@ -135,10 +175,15 @@ class ProfileFile(_Strict):
                 "head_dim",
                 "dtype_bytes",
                 "weight_bytes",
-            )
+            ]
+            if kinds[0] == "kernel_fit":
+                shape += ["hidden_size", "intermediate_size", "vocab_size"]
             missing += [f"model.{f}" for f in shape if getattr(self.model, f) is None]
+            tp = self.kernel_fit.tensor_parallel if self.kernel_fit is not None else 1
+            if tp > 1 and self.hardware is not None and self.hardware.interconnect_bytes_s is None:
+                missing.append("hardware.interconnect_bytes_s")
             if missing:
-                raise ValueError(f"a roofline profile needs {', '.join(missing)}")
+                raise ValueError(f"a {kinds[0]} profile needs {', '.join(missing)}")
         return self
 
 
@@ -162,12 +207,25 @@ class Profile:
 
     @property
     def kind(self) -> str:
-        return "roofline" if self.data.roofline is not None else "fitted"
+        """`roofline`, `kernel_fit` or `fitted`: the section the profile gives."""
+        d = self.data
+        return "roofline" if d.roofline else "kernel_fit" if d.kernel_fit else "fitted"
+
+    @property
+    def tensor_parallel(self) -> int:
+        return self.data.kernel_fit.tensor_parallel if self.data.kernel_fit else 1
+
+    def shape(self) -> ModelShape:
+        """The model's shape (a `kernel_fit` profile's `model` section)."""
+        m = self.data.model
+        return ModelShape.model_validate(
+            {f: getattr(m, f) for f in ModelShape.model_fields if f != "name"} | {"name": m.name}
+        )
 
     @property
     def kv_bytes_per_token(self) -> float | None:
         m = self.data.model
-        if self.kind != "roofline":
+        if self.kind == "fitted":
             return None
         assert m.num_layers and m.num_kv_heads and m.head_dim and m.dtype_bytes
         return 2.0 * m.num_layers * m.num_kv_heads * m.head_dim * m.dtype_bytes
@@ -180,6 +238,8 @@ class Profile:
                 f.c0_s, f.c_prefill_token_s, f.c_decode_seq_s, f.c_context_token_s,
                 f.c_prefill_seq_s,
             )  # fmt: skip
+        if d.kernel_fit is not None:
+            return self._kernel_model(d.kernel_fit)
         m, hw, rl = d.model, d.hardware, d.roofline
         assert hw is not None and rl is not None
         assert m.params and m.weight_bytes and m.num_layers and m.num_heads and m.head_dim
@@ -196,6 +256,25 @@ class Profile:
             compute_efficiency=rl.compute_efficiency,
             step_overhead_s=rl.step_overhead_s,
         )
+
+    def _kernel_model(self, kf: KernelFitSection) -> KernelModel:
+        hw, shape = self.data.hardware, self.shape()
+        assert hw is not None
+        gpu = {"bandwidth_bytes_s": hw.mem_bandwidth_bytes_s, "peak_flops": hw.peak_flops,
+               "mem_efficiency": kf.mem_efficiency,
+               "compute_efficiency": kf.compute_efficiency}  # fmt: skip
+        corr = kf.correction
+        points = (tuple(map(float, corr.num_tokens)), tuple(corr.ratio)) if corr else ((), ())
+        linear = linear_ops(
+            shape, tp=kf.tensor_parallel, knee=kf.knee, elementwise_s=kf.elementwise_s,
+            activation_bytes_per_token=kf.activation_bytes_per_token, correction=points, **gpu,
+        )  # fmt: skip
+        return kernel_model(
+            shape, linear, tp=kf.tensor_parallel, interconnect_bytes_s=hw.interconnect_bytes_s,
+            allreduce_latency_s=kf.allreduce_latency_s,
+            allreduce_efficiency=kf.allreduce_efficiency, step_overhead_s=kf.step_overhead_s,
+            request_overhead_s=kf.request_overhead_s, **gpu,
+        )  # fmt: skip
 
     @property
     def machine(self) -> MachineSection | None:
@@ -229,7 +308,8 @@ class Profile:
     def kv_cache_tokens(self, config: EngineConfig) -> int:
         """KV capacity in tokens. Roofline: (GPU memory * utilization - weights - fixed
         reserve - activations of one max_num_batched_tokens step) / KV bytes per token.
-        Fitted: the measured capacity (gpu_memory_utilization does not apply)."""
+        Fitted: the measured capacity (gpu_memory_utilization does not apply). With tensor
+        parallelism each GPU holds 1/tp of the weights and of every token's KV."""
         d = self.data
         if d.fitted is not None:
             return d.fitted.capacity_tokens
@@ -237,9 +317,10 @@ class Profile:
         assert hw is not None and mem is not None and m.weight_bytes is not None
         kv = self.kv_bytes_per_token
         assert kv is not None
+        tp = self.tensor_parallel
         free = (
             hw.gpu_memory_bytes * config.gpu_memory_utilization
-            - m.weight_bytes
+            - m.weight_bytes / tp
             - mem.fixed_reserve_bytes
             - mem.activation_bytes_per_batched_token * config.max_num_batched_tokens
         )
@@ -248,9 +329,10 @@ class Profile:
                 f"profile {self.name}: no GPU memory left for the KV cache at "
                 f"--gpu-memory-utilization {config.gpu_memory_utilization} "
                 f"({hw.gpu_memory_bytes * config.gpu_memory_utilization / 1e9:.1f} GB usable, "
-                f"weights {m.weight_bytes / 1e9:.1f} GB); raise --gpu-memory-utilization"
+                f"weights {m.weight_bytes / tp / 1e9:.1f} GB per GPU); "
+                "raise --gpu-memory-utilization"
             )
-        return int(free // kv)
+        return int(free // (kv / tp))
 
     def num_kv_blocks(self, config: EngineConfig) -> int:
         return math.floor(self.kv_cache_tokens(config) / config.block_size)

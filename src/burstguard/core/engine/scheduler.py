@@ -106,7 +106,7 @@ class Scheduler:
             entries=list(scheduled.items()),
             started=started,
             preempted=preempted,
-            shape=_shape(scheduled),
+            shape=_shape(scheduled, started),
         )
 
     def _admit(
@@ -185,7 +185,10 @@ class Scheduler:
         return tokens, finished
 
 
-def _shape(scheduled: dict[EngineRequest, int]) -> BatchShape:
+def _shape(scheduled: dict[EngineRequest, int], started: list[EngineRequest]) -> BatchShape:
+    """The step's shape. A prefix-cache hit is context (its KV is read, not computed); a
+    request counts as a new prefill in its first step, hit or not (the per-request cost)."""
+    first = {id(r) for r in started}
     prefill = decode = context = pairs = prefill_seqs = 0
     for req, n in scheduled.items():
         done = req.num_computed_tokens
@@ -195,6 +198,6 @@ def _shape(scheduled: dict[EngineRequest, int]) -> BatchShape:
             pairs += done + 1
         else:
             prefill += n
-            prefill_seqs += done == 0  # its first chunk (a recompute starts over)
+            prefill_seqs += done == 0 or id(req) in first  # a recompute starts over
             pairs += n * done + n * (n + 1) // 2
     return BatchShape(prefill, decode, context, pairs, prefill_seqs)
