@@ -47,8 +47,10 @@ the shell) goes to the fairness policy, so VTC orders by service over the whole 
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from burstguard.gateway.admission import (
@@ -60,9 +62,11 @@ from burstguard.gateway.admission import (
 from burstguard.gateway.config import BackendConfig, ClassConfig, GatewayConfig
 from burstguard.gateway.events import (
     Abandon,
+    Abort,
     Arrive,
     BackendFailed,
     Cancel,
+    Circuit,
     Effect,
     Event,
     Fail,
@@ -78,6 +82,7 @@ from burstguard.gateway.events import (
     Settle,
     Tick,
 )
+from burstguard.gateway.failure import Failure
 from burstguard.gateway.fleet.fleet import Fleet
 from burstguard.gateway.fleet.router import RouteRequest
 from burstguard.gateway.policies import Picker, order_key
@@ -91,6 +96,9 @@ __all__ = ["BackendState", "GatewayCore", "GatewayRequest", "GatewayStats"]
 
 # how often a driver (the live server, the simulator) sends `Tick`, in wall seconds
 TICK_S = 0.05
+# a driver says which requests progressed (`Tick.progressed`) at least this often (wall s)
+PROGRESS_S = 0.25
+_LEARN = 0.2  # EWMA weight of one sample of a backend's prefill time per token
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +187,10 @@ class GatewayCore:
         self._quota_on = self.quotas.enabled
         self._charged: dict[str, tuple[Plan, Verdict, int]] = {}  # id -> plan, verdict, share
         self._settles: list[Effect] = []
+        self._dl = config.backend_deadlines
+        self._deadlines: list[tuple[float, int, int, str]] = []  # (cut_at, seq, armed, id)
+        self._ahead = Counter[str]()  # backend -> prefill tokens sent, no first token yet
+        self._prefill_spt: dict[str, float] = {}  # backend -> learned s per prefill token
 
     # -- the driver protocol ----------------------------------------------------------
 
@@ -201,6 +213,10 @@ class GatewayCore:
                 return out
         elif isinstance(event, Tick):
             out += (self._shed(r, Reason.DEADLINE, now) for r in self._expire(now))
+            if self._dl.enabled:
+                self._progressed(event.progressed, now)
+                self._check_deadlines(now, out)
+            self._circuits(now, out)
             if self._outage(now):
                 out += self._drop_queue()
         elif isinstance(event, Scrape):
@@ -216,6 +232,7 @@ class GatewayCore:
             self._leave(event.request_id, now, Outcome.FAILED, event.output_tokens)
         elif isinstance(event, BackendFailed):
             self._backend_failed(event, now, out)
+            self._circuits(now, out)
         elif isinstance(event, LeaseRefused):
             self._lease_refused(event.request_id, now)
         elif isinstance(event, FleetService):
@@ -350,19 +367,29 @@ class GatewayCore:
         self._forgotten.append(url)
         for d in (self._backend_limits, self._backend_states, self._options, self._held):
             d.pop(url, None)
+        self._prefill_spt.pop(url, None)
 
     def _backend_failed(self, event: BackendFailed, now: float, out: list[Effect]) -> None:
         e = self._in_flight.get(event.request_id)
         if e is None:
             return
-        started = event.started
+        self._fail_over(e, event.reason, event.started, now, out)
+
+    def _fail_over(
+        self, e: Entry, reason: str, started: bool, now: float, out: list[Effect]
+    ) -> None:
+        """Its backend failed it (`reason`): to another backend at once, queued again at
+        its place, or abandoned (the fleet's answer, `Fleet.on_failure`)."""
         retryable = not started or (e.req.resumable and self._resumes(e.req.id))
-        fo = self.fleet.on_failure(e.req.id, event.reason, self._fnow(now), retryable)
+        self._settle_work(e)
+        fo = self.fleet.on_failure(e.req.id, reason, self._fnow(now), retryable)
         if fo.removed is not None:
             self._forget(fo.removed)
         if fo.backend is not None:
             resumed = started or e.preemptions > 0
             priority = self._priority(e, fo.backend)
+            e.released_at = now
+            self._arm(e, fo.backend, now, resumed)
             out.append(Release(e.req, fo.backend, priority, resumed, failover=True))
         elif fo.outcome == "no_room":  # the others are full: first in line at its place
             self._requeue(e)
@@ -371,6 +398,126 @@ class GatewayCore:
         else:
             self._leave(e.req.id, now, Outcome.FAILED)
             out.append(Abandon(e.req, fo.outcome))
+
+    # -- hung backends: deadlines (`config.DeadlineConfig`) -----------------------------
+
+    def _arm(self, e: Entry, url: str, now: float, resumed: bool) -> None:
+        """Sets the deadline of `e`, released to `url` now: no first token (or, resumed, no
+        progress) by `max(floor, factor x predicted TTFT)`, the prefill work ahead of it
+        there (its own prompt, plus the text so far when resumed, bounded by its predicted
+        output) at the slower of the prior and `url`'s learned rate; a non-streamed
+        answer's also covers its `max_tokens` (it is silent until whole)."""
+        e.backend = url
+        if not self._dl.enabled:
+            e.cut_at = math.inf
+            return
+        dl, req = self._dl, e.req
+        e.armed += 1
+        e.work = req.prompt_tokens + (e.predicted_output if resumed else 0)
+        e.ahead = self._ahead[url]
+        self._ahead[url] += e.work
+        ttft = (e.ahead + e.work) * self._seconds_per_prefill_token(url)
+        if not req.stream:
+            out = req.max_tokens or self.config.predictor.default_max_tokens
+            ttft += out * self._seconds_per_output_token(url)
+        floor = e.cls.first_token_floor_s or dl.first_token_floor_s
+        e.cut_at = now + max(floor, dl.first_token_factor * ttft)
+        e.progress_at = None
+        heapq.heappush(self._deadlines, (e.cut_at, e.seq, e.armed, req.id))
+
+    def first_token_deadline(self, request_id: str) -> float | None:
+        """When the request in flight is cut unless it progresses (the core's clock);
+        None: not in flight, or no deadline."""
+        e = self._in_flight.get(request_id)
+        return None if e is None or math.isinf(e.cut_at) else e.cut_at
+
+    def _seconds_per_prefill_token(self, url: str) -> float:
+        prior = 1.0 / self._dl.prefill_tokens_per_s
+        return max(prior, self._prefill_spt.get(url, prior))
+
+    def _seconds_per_output_token(self, url: str) -> float:
+        prior = 1.0 / self._dl.decode_tokens_per_s
+        pace = self.fleet.pace(url)  # wall seconds: the core's clock is engine seconds
+        return prior if pace is None else max(prior, pace * self.config.engine_speedup)
+
+    def _learn_prefill(self, e: Entry, now: float) -> None:
+        """A first token after a fresh release: a sample of its backend's prefill time per
+        token of the work that was ahead of it."""
+        if e.work and e.backend is not None and e.released_at is not None:
+            sample = (now - e.released_at) / (e.ahead + e.work)
+            old = self._prefill_spt.get(e.backend)
+            self._prefill_spt[e.backend] = sample if old is None else old + _LEARN * (sample - old)
+        self._settle_work(e)
+
+    def _settle_work(self, e: Entry) -> None:
+        """Its prefill is done (or it left its backend): no longer work ahead there."""
+        if e.work and e.backend is not None:
+            left = self._ahead[e.backend] - e.work
+            if left > 0:
+                self._ahead[e.backend] = left
+            else:
+                del self._ahead[e.backend]
+        e.work = 0
+
+    def _progressed(self, ids: Collection[str], now: float) -> None:
+        """Streams whose backend sent something: their stall clock starts again."""
+        flight = self._in_flight
+        for rid in ids:
+            e = flight.get(rid)
+            if e is not None and e.first_token_at is not None and e.req.stream:
+                self._progress(e, now)
+
+    def _progress(self, e: Entry, now: float) -> None:
+        """Its stream progressed: due `stall_s` after its last progress from now on."""
+        if e.work:
+            self._settle_work(e)
+        e.progress_at = now
+        if not self._dl.enabled or e.backend is None:
+            return
+        due = now + (e.cls.stall_s or self._dl.stall_s)
+        if e.cut_at > due:  # its deadline was its first token's: the stall's is sooner
+            e.cut_at = due
+            heapq.heappush(self._deadlines, (due, e.seq, e.armed, e.req.id))
+
+    def _check_deadlines(self, now: float, out: list[Effect]) -> None:
+        """Cuts what is past its deadline: a stream that progressed is due again at its
+        last progress + `stall_s`; the rest fail over (`Abort`, then the failure's rule)."""
+        heap, flight = self._deadlines, self._in_flight
+        while heap and heap[0][0] <= now:
+            at, seq, armed, rid = heapq.heappop(heap)
+            e = flight.get(rid)
+            if e is None or e.armed != armed or at != e.cut_at:
+                continue  # it left, or was sent again, or has a sooner deadline
+            started = e.first_token_at is not None
+            if e.progress_at is not None:
+                again = e.progress_at + (e.cls.stall_s or self._dl.stall_s)
+                if again > now:
+                    e.cut_at = again
+                    heapq.heappush(heap, (again, seq, armed, rid))
+                    continue
+            self._cut(e, Failure.STALLED if started else Failure.NO_FIRST_TOKEN, now, out)
+
+    def _cut(self, e: Entry, failure: Failure, now: float, out: list[Effect]) -> None:
+        out.append(Abort(e.req, failure))
+        self._fail_over(e, failure.reason, e.first_token_at is not None, now, out)
+
+    def _circuits(self, now: float, out: list[Effect]) -> None:
+        """Circuit changes go to the log (`Circuit`); a backend whose circuit opened has
+        what it holds moved off it at once: what has no first token, and the streams that
+        can resume elsewhere (a started stream that cannot is left to its stall deadline:
+        cutting it would turn a stream that may be fine into an error)."""
+        for url, state, opened in self.fleet.circuit_changes(self._fnow(now)):
+            out.append(Circuit(url, str(state)))
+            if not (opened and self._dl.enabled):
+                continue
+            resumes = self.backend_options(url).resume
+            for rid in self.fleet.requests_on(url):
+                e = self._in_flight.get(rid)
+                if e is None:
+                    continue
+                if e.first_token_at is not None and not (resumes and e.req.resumable):
+                    continue
+                self._cut(e, Failure.CIRCUIT_OPEN, now, out)
 
     def _lease_refused(self, request_id: str, now: float) -> None:
         e = self._in_flight.get(request_id)
@@ -624,6 +771,7 @@ class GatewayCore:
         self._picker.fairness(e.cls.name).dispatched(e.tenant, charge)
         resumed = e.preemptions > 0 or e.req.id in self._resume_after_failure
         self._resume_after_failure.discard(e.req.id)
+        self._arm(e, backend, now, resumed)
         charged = self._charged.get(e.req.id) if self._charged else None
         verdict = charged[1] if charged is not None else None
         out.append(Release(e.req, backend, self._priority(e, backend), resumed, quota=verdict))
@@ -698,6 +846,9 @@ class GatewayCore:
         if e is None or e.first_token_at is not None:
             return  # unknown, or resumed: its client saw its first token long ago
         e.first_token_at = now
+        self._learn_prefill(e, now)
+        if e.req.stream:
+            self._progress(e, now)
         self.fleet.on_first_token(request_id, self._fnow(now))
         slo = self._ttft[e.cls.name]
         slo[1] += 1
@@ -794,6 +945,8 @@ class GatewayCore:
         return out
 
     def _unrelease(self, e: Entry) -> None:
+        self._settle_work(e)
+        e.armed += 1  # its deadline on the heap is stale from now
         self._fleet_done(e)
         self._resume_after_failure.discard(e.req.id)
         del self._in_flight[e.req.id]

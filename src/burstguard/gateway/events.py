@@ -9,9 +9,10 @@ already gone) ignores it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from burstguard.gateway.failure import Failure
 from burstguard.gateway.quota import BucketCharge, Verdict
 from burstguard.gateway.request import BackendState, GatewayRequest
 from burstguard.wire.outcomes import Reason
@@ -33,7 +34,13 @@ class Arrive:
 
 @dataclass(frozen=True, slots=True)
 class Tick:
-    """The periodic tick (`TICK_S`): expire queue deadlines, release what fits."""
+    """The periodic tick (`TICK_S`): expire queue deadlines, check the backend deadlines
+    (`config.DeadlineConfig`), release what fits. `progressed`: requests in flight whose
+    backend sent something since the shell last said (or whose client holds the stream
+    paused: its silence is not the backend's); a shell says so at least every
+    `PROGRESS_S` wall seconds, on any tick."""
+
+    progressed: Collection[str] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +169,27 @@ class Abandon:
 
 
 @dataclass(frozen=True, slots=True)
+class Abort:
+    """Close the request's upstream and keep its client: its backend held it silent past
+    its deadline, or the backend's circuit opened (`failure` says which; its status and
+    error are what the client gets if nothing follows). The core's next effect about it
+    (in the same answer) says what follows: a `Release` to another backend (resumed when
+    its client holds tokens), or an `Abandon`; or it waits in the queue again."""
+
+    req: GatewayRequest
+    failure: Failure
+
+
+@dataclass(frozen=True, slots=True)
+class Circuit:
+    """`backend`'s circuit breaker changed state (for the log). (No request: `req` None.)"""
+
+    backend: str
+    state: str  # closed, open, half_open
+    req: None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Forget:
     """`backend` drained and left the fleet: stop its scraper. (No request: `req` None.)"""
 
@@ -179,4 +207,4 @@ class Settle:
     amounts: tuple[tuple[BucketCharge, float], ...]
 
 
-Effect = Release | Reject | Preempt | Abandon | Forget | Settle
+Effect = Release | Reject | Preempt | Abort | Abandon | Circuit | Forget | Settle

@@ -70,7 +70,7 @@ from burstguard.gateway.api import (
 from burstguard.gateway.auth import AuthError, Identity, KeyAuthenticator
 from burstguard.gateway.classify import Classifier
 from burstguard.gateway.config import AutoscalerConfig, GatewayConfig
-from burstguard.gateway.core import TICK_S, GatewayCore
+from burstguard.gateway.core import PROGRESS_S, TICK_S, GatewayCore
 from burstguard.gateway.errors import (
     JSON_HEADER,
     failure_of,
@@ -84,9 +84,11 @@ from burstguard.gateway.errors import (
 )
 from burstguard.gateway.events import (
     Abandon,
+    Abort,
     Arrive,
     BackendFailed,
     Cancel,
+    Circuit,
     Effect,
     Event,
     Fail,
@@ -156,6 +158,8 @@ class _Exchange:
     failure: tuple[int, dict[str, Any]] | None = None  # the last backend failure's answer
     quota: Verdict | None = None  # its quota's buckets after admission (x-ratelimit-*)
     relay: SseRelay | None = None  # a stream's relay (what its client received so far)
+    fed: bool = False  # its backend sent something since the last progress report
+    resp: Responder | None = None  # its client's answer (paused: not the backend's silence)
 
 
 class Gateway:
@@ -296,6 +300,10 @@ class Gateway:
             )
         return pool
 
+    def backend_name(self, url: str) -> str:
+        """How logs and metrics name `url` (see `FleetCollector`)."""
+        return url
+
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
@@ -333,7 +341,21 @@ class Gateway:
             if pool is not None:
                 pool.close()
             return
+        if isinstance(effect, Circuit):  # one line per change, for whoever is on call
+            log.warning("backend %s: circuit %s", self.backend_name(effect.backend), effect.state)
+            return
         rid = effect.req.id
+        if isinstance(effect, Abort):  # past its deadline, or its circuit opened
+            ex = self._running.get(rid)
+            if ex is not None:
+                self._drop_lease(ex)
+                failure = effect.failure
+                ex.failure = (failure.status, failure.error())
+                self.metrics.errors.labels(failure.code).inc()
+                ex.preempted = True  # its call ends; the core's next effect says what follows
+                if ex.call is not None:
+                    ex.call.abort()
+            return
         if isinstance(effect, Preempt):
             ex = self._running.get(rid)
             if ex is not None:
@@ -371,14 +393,27 @@ class Gateway:
             except Exception:  # the syncer must never die
                 log.exception("shared state sync failed")
 
+    def _progressed(self) -> list[str]:
+        """Requests whose backend sent something since the last report, or whose client
+        holds its stream paused (then the backend's silence is the client's doing)."""
+        out: list[str] = []
+        for rid, ex in self._running.items():
+            if ex.fed or (ex.resp is not None and ex.resp.paused):
+                ex.fed = False
+                out.append(rid)
+        return out
+
     async def _tick(self) -> None:
         loop = asyncio.get_running_loop()
+        every = max(1, round(PROGRESS_S / TICK_S))
+        ticks = 0
         while True:
             due = loop.time() + TICK_S
             await asyncio.sleep(TICK_S)
             self.metrics.loop_lag.observe(max(0.0, loop.time() - due))
+            ticks += 1
             try:
-                self.event(Tick())
+                self.event(Tick(self._progressed() if ticks % every == 0 else ()))
             except Exception:  # the dispatcher must never die
                 log.exception("gateway tick failed")
 
@@ -443,6 +478,7 @@ class Gateway:
         # a whole UUID4: backends may validate it (llama-cpp-python answers 400 otherwise)
         rid = uuid.uuid4().hex
         ex = _Exchange(rid, cls, tenant, req.path, gen.stream, arrival, prompt_tokens)
+        ex.resp = resp
         self.metrics.arrived(cls, is_retry(req.headers))
         self.metrics.prompt_arrived(cls, prompt_tokens)
         self._arrivals += 1
@@ -457,7 +493,8 @@ class Gateway:
         )
         gr = GatewayRequest(rid, arrival * self._speedup, prompt_tokens, gen.output_limit(),
                             cls, tenant, req.path, resumable, prefix_hashes=hashes,
-                            key_id=ident.key_id if ident is not None else None)  # fmt: skip
+                            key_id=ident.key_id if ident is not None else None,
+                            stream=gen.stream)  # fmt: skip
         arrive = await self._charge_quota(gr)
         ex.own_s = self._clock() - arrival  # read to the core; the rest is added at release
         fut: asyncio.Future[Effect] = asyncio.get_running_loop().create_future()
@@ -684,6 +721,7 @@ class Gateway:
         def sink(data: bytes) -> None:
             """Until the client holds a token: its first bytes are timed, nothing is held."""
             hold = relay.content_seen  # until a token is out, nothing waits for the flush
+            ex.fed = True
             out = relay.feed(data)
             if out:
                 resp.write_soon(out, hold)  # later ones at most every flush interval
@@ -700,6 +738,7 @@ class Gateway:
 
         def tokens(data: bytes) -> None:
             """Every later read (most of them): relayed, at most once per flush interval."""
+            ex.fed = True
             out = relay.feed(data)
             if out:
                 resp.write_soon(out)

@@ -20,8 +20,9 @@ from burstguard.gateway.fleet.retry_budget import RetryBudget
 from burstguard.gateway.fleet.router import BackendView, Router, RouteRequest
 from burstguard.gateway.request import BackendState
 
-FAILURE_REASONS = ("connect", "reset", "status_5xx", "timeout", "bad_answer")
-"""Passive failures the core reports; each counts towards the backend's circuit breaker."""
+FAILURE_REASONS = ("connect", "reset", "status_5xx", "timeout", "bad_answer", "circuit_open")
+"""Passive failures the core reports; each counts towards the backend's circuit breaker
+(`circuit_open`: the core moved a request off a backend whose circuit had opened)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,8 @@ class _Backend:
     failovers: int = 0
     failures: Counter[str] = field(default_factory=Counter)
     seconds_per_token: float | None = None  # its streams' time per output token (EWMA)
+    circuit_seen: CircuitState = CircuitState.CLOSED  # as `circuit_changes` last told it
+    opened_seen: int = 0  # the breaker's `opened` count `circuit_changes` last told
 
     def learn_pace(self, tpot_s: float, weight: float) -> None:
         old = self.seconds_per_token
@@ -155,6 +158,31 @@ class Fleet:
         b = self._backends.get(url)
         if b is not None:
             b.health.on_probe_result(ok, now)
+
+    def requests_on(self, url: str) -> tuple[str, ...]:
+        """The requests in flight on `url` (none once it is forgotten)."""
+        b = self._backends.get(url)
+        return () if b is None else tuple(b.requests)
+
+    def pace(self, url: str) -> float | None:
+        """`url`'s streams' recent time per output token (None: not learned yet)."""
+        b = self._backends.get(url)
+        return None if b is None else b.seconds_per_token
+
+    def circuit_changes(self, now: float) -> list[tuple[str, CircuitState, bool]]:
+        """Each backend whose circuit changed since the last call: (url, its state now,
+        whether it opened meanwhile: an opening is told even when the circuit has gone
+        half-open again before this call). For the log, and the core's "its circuit
+        opened: move what it holds" rule."""
+        out: list[tuple[str, CircuitState, bool]] = []
+        for url, b in self._backends.items():
+            breaker = b.health.breaker
+            state = breaker.state(now)
+            opened = breaker.opened != b.opened_seen
+            if opened or state is not b.circuit_seen:
+                out.append((url, state, opened))
+                b.circuit_seen, b.opened_seen = state, breaker.opened
+        return out
 
     def set_cap(self, url: str, cap: float) -> None:
         """The gateway's in-flight request cap for `url` (its adaptive limits)."""
