@@ -311,7 +311,11 @@ class Fleet:
         """Its backend failed it (`reason` in FAILURE_REASONS). The failure counts for
         that backend's breaker and frees its slot; if `retryable` (no token reached the
         client yet, or the stream can be resumed) and the budget allows, the request is
-        routed to another backend it has not tried, which the answer names."""
+        routed to another backend it has not tried, which the answer names. A request
+        moved off a backend whose circuit opened (`circuit_open`) spends no budget: that
+        backend does no more work on it, so the move adds no load (the budget is there
+        against retries that multiply the work of an overloaded fleet)."""
+        spend = reason != "circuit_open"
         a = self._attempts.get(request_id)
         if a is None:
             raise ValueError(f"request {request_id!r} is not routed")
@@ -328,14 +332,14 @@ class Fleet:
                 outcome = "no_backend"
             elif not any(v.has_room for v in views):
                 outcome = "no_room"
-            elif not self.budget.try_retry(now):
+            elif spend and not self.budget.try_retry(now):
                 outcome = "budget"
             else:
                 url = self.router.pick(a.req, views)
                 assert url is not None  # some view has room
                 outcome = "failover"
                 b.failovers += 1
-                self._send(request_id, _Attempt(a.req, url, [*a.tried, url], retry=True), now)
+                self._send(request_id, _Attempt(a.req, url, [*a.tried, url], retry=spend), now)
         self.failover_outcomes[outcome] += 1
         gone = b.url if self._drop_if_drained(b.url) else None
         return Failover(url, outcome, gone, (*a.tried, url) if url else tuple(a.tried))
