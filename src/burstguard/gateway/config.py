@@ -405,6 +405,11 @@ class GatewayConfig(_Strict):
         "so the sim and the live gateway read this file the same way",
     )
     log_requests: bool = Field(True, description="one JSON log line per request")
+    drain_s: float = Field(
+        10.0, gt=0, description="wall seconds a stopping gateway (SIGTERM) lets in-flight "
+        "answers finish; what is queued and cannot finish by then is answered 503 at once; "
+        "keep terminationGracePeriodSeconds above the preStop sleep + this",
+    )  # fmt: skip
     stream_flush_ms: float = Field(
         10.0, ge=0, le=1000,
         description="a stream's chunks are written to its client at most this often (the "

@@ -67,6 +67,7 @@ from burstguard.gateway.events import (
     BackendFailed,
     Cancel,
     Circuit,
+    Drain,
     Effect,
     Event,
     Fail,
@@ -191,6 +192,7 @@ class GatewayCore:
         self._deadlines: list[tuple[float, int, int, str]] = []  # (cut_at, seq, armed, id)
         self._ahead = Counter[str]()  # backend -> prefill tokens sent, no first token yet
         self._prefill_spt: dict[str, float] = {}  # backend -> learned s per prefill token
+        self._drain_until: float | None = None  # the gateway stops: its drain's end
 
     # -- the driver protocol ----------------------------------------------------------
 
@@ -199,6 +201,12 @@ class GatewayCore:
         out: list[Effect] = []
         self._now = now
         if isinstance(event, Arrive):
+            if self._drain_until is not None:  # stopping: another replica will take it
+                cls = self.config.class_by_name(event.req.priority_class)
+                self._outcomes[cls.name][Outcome.REJECTED] += 1
+                self._rejections[Reason.SHUTDOWN] += 1
+                out.append(Reject(event.req, Reason.SHUTDOWN, self._adm.min_retry_after_s))
+                return out
             if self._quota_on and (refused := self._quota_admit(event, now)) is not None:
                 out.append(refused)
                 return out
@@ -237,6 +245,10 @@ class GatewayCore:
             self._lease_refused(event.request_id, now)
         elif isinstance(event, FleetService):
             self._picker.fleet_service(event.served)
+        elif isinstance(event, Drain):
+            self._drain_until = event.until
+        if self._drain_until is not None:
+            self._drain(now, out)
         out += self._dispatch(now)
         if self._forgotten:
             out += (Forget(url) for url in self._forgotten)
@@ -398,6 +410,49 @@ class GatewayCore:
         else:
             self._leave(e.req.id, now, Outcome.FAILED)
             out.append(Abandon(e.req, fo.outcome))
+
+    # -- shutdown: the drain ------------------------------------------------------------
+
+    def _drain(self, now: float, out: list[Effect]) -> None:
+        """While stopping: what is queued and cannot finish by the drain's end leaves
+        (503 shutdown, or an in-band error when its answer started); at the end, what is
+        still in flight is cut."""
+        until = self._drain_until
+        assert until is not None
+        for e in list(self._queued.values()):
+            if now + self._expected_s(e) <= until:
+                continue  # it may still be released and finish in time
+            self._queue.remove(e)
+            del self._queued[e.req.id]
+            if e.preemptions or e.req.id in self._resume_after_failure:
+                self._resume_after_failure.discard(e.req.id)
+                self._quota_settle(e.req.id, now, None, ran=True)
+                self._end(e, Outcome.FAILED)
+                out.append(Abandon(e.req, Reason.SHUTDOWN))
+            else:
+                charged = self._quota_settle(e.req.id, now, None, ran=False)
+                self._end(e, Outcome.REJECTED, Reason.SHUTDOWN)
+                out.append(Reject(e.req, Reason.SHUTDOWN, self._adm.min_retry_after_s, charged))
+        if now < until:
+            return
+        for e in list(self._in_flight.values()):
+            out.append(Abort(e.req, None))
+            self._leave(e.req.id, now, Outcome.FAILED)
+            out.append(Abandon(e.req, Reason.SHUTDOWN))
+
+    def _expected_s(self, e: Entry) -> float:
+        """How long `e` is expected to take once released (the core's clock): its prompt
+        at the fleet's learned prefill rate and its predicted output at its learned pace
+        (their mean over the backends; the priors where none is learned yet)."""
+        spts = list(self._prefill_spt.values())
+        prefill = sum(spts) / len(spts) if spts else 1.0 / self._dl.prefill_tokens_per_s
+        paces = [p for url in self.fleet.backends if (p := self.fleet.pace(url)) is not None]
+        decode = (
+            sum(paces) / len(paces) * self.config.engine_speedup
+            if paces
+            else 1.0 / self._dl.decode_tokens_per_s
+        )
+        return e.req.prompt_tokens * prefill + e.predicted_output * decode
 
     # -- hung backends: deadlines (`config.DeadlineConfig`) -----------------------------
 

@@ -114,9 +114,20 @@ class FleetService:
     served: Mapping[str, Mapping[str, float]]
 
 
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """The gateway is stopping (SIGTERM) and its drain ends at `until` (the core's clock):
+    nothing new is admitted (503 shutdown), what is queued and is not predicted to finish
+    by then is answered 503 shutdown with a Retry-After (an answer already started ends
+    with an in-band error), and at `until` what is still in flight is cut (`Abort` with
+    no failure, then `Abandon(shutdown)`). Sent again with `until` = now, it cuts at once."""
+
+    until: float
+
+
 Event = (
     Arrive | Tick | Scrape | FirstToken | Finish | Cancel | Fail | BackendFailed | LeaseRefused
-    | FleetService
+    | FleetService | Drain
 )  # fmt: skip
 
 
@@ -177,7 +188,7 @@ class Abort:
     its client holds tokens), or an `Abandon`; or it waits in the queue again."""
 
     req: GatewayRequest
-    failure: Failure
+    failure: Failure | None  # None: the gateway's drain ended (reason shutdown)
 
 
 @dataclass(frozen=True, slots=True)

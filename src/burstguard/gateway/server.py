@@ -73,6 +73,7 @@ from burstguard.gateway.config import AutoscalerConfig, GatewayConfig
 from burstguard.gateway.core import PROGRESS_S, TICK_S, GatewayCore
 from burstguard.gateway.errors import (
     JSON_HEADER,
+    SHUTDOWN_ERROR,
     failure_of,
     json_bytes,
     ratelimit_headers,
@@ -89,6 +90,7 @@ from burstguard.gateway.events import (
     BackendFailed,
     Cancel,
     Circuit,
+    Drain,
     Effect,
     Event,
     Fail,
@@ -224,9 +226,20 @@ class Gateway:
         gc.freeze()
         gc.set_threshold(20_000, 20, 20)
         try:
-            await server.serve(self.config.listen.host, self.config.listen.port, on_ready)
+            await server.serve(self.config.listen.host, self.config.listen.port, on_ready,
+                               drain_s=self.config.drain_s, on_stop=self._draining,
+                               on_deadline=self._drained)  # fmt: skip
         finally:
             await self.stop()
+
+    def _draining(self, drain_s: float) -> None:
+        """SIGTERM: the core answers what cannot finish in the drain (503 shutdown)."""
+        log.warning("stopping: draining for %g s", drain_s)
+        self.event(Drain(self._now() + drain_s * self._speedup))
+
+    def _drained(self) -> None:
+        """The drain's end: what is still in flight is cut, streams with an error event."""
+        self.event(Drain(self._now()))
 
     async def start(self) -> None:
         """Discovery, scrapers and probes, Redis; a source that fails at start (an
@@ -350,8 +363,11 @@ class Gateway:
             if ex is not None:
                 self._drop_lease(ex)
                 failure = effect.failure
-                ex.failure = (failure.status, failure.error())
-                self.metrics.errors.labels(failure.code).inc()
+                if failure is None:  # the drain ended
+                    ex.failure = (503, SHUTDOWN_ERROR)
+                else:
+                    ex.failure = (failure.status, failure.error())
+                    self.metrics.errors.labels(failure.code).inc()
                 ex.preempted = True  # its call ends; the core's next effect says what follows
                 if ex.call is not None:
                     ex.call.abort()
@@ -545,7 +561,7 @@ class Gateway:
         if ex.output_tokens:
             return ex.output_tokens
         if ex.relay is not None and ex.stream:
-            return ex.relay.tokens()
+            return ex.relay.received()
         return None if ex.backends else 0
 
     def _end_unexpected(self, ex: _Exchange) -> None:
@@ -566,7 +582,8 @@ class Gateway:
         while True:
             effect = await fut
             if isinstance(effect, Reject):
-                ex.outcome, ex.reason, ex.status = Outcome.REJECTED, effect.reason, 429
+                ex.outcome, ex.reason = Outcome.REJECTED, effect.reason
+                ex.status = 503 if effect.reason == Reason.SHUTDOWN else 429
                 if effect.reason == Reason.QUOTA and effect.quota is not None:
                     wait = send_quota(resp, ex.tenant, effect.quota, self._speedup, ex.rid)
                     if math.isfinite(wait):
@@ -703,14 +720,19 @@ class Gateway:
         status, payload = ex.failure or (502, {"error": {
             "message": "backend failed", "type": "upstream_error", "param": None,
             "code": "backend_error"}})  # fmt: skip
-        ex.outcome, ex.reason = Outcome.FAILED, str(payload["error"].get("code"))
-        if outcome != "not_retryable":
-            ex.reason += f"+{outcome}"
+        extra: tuple[tuple[str, str], ...] = ()
+        if outcome == Reason.SHUTDOWN:  # this replica stops: its own reason, not a backend's
+            status, payload = 503, SHUTDOWN_ERROR
+            ex.outcome, ex.reason = Outcome.FAILED, Reason.SHUTDOWN
+            extra = (("retry-after", "1"),)
+        else:  # the documented form: the error code plus the fleet's outcome, always
+            ex.outcome = Outcome.FAILED
+            ex.reason = f"{payload['error'].get('code')}+{outcome}"
         if resp.started:
             resp.end(b"data: " + json_bytes(payload) + b"\n\n")
         else:
             ex.status = status
-            send_json(resp, status, payload)
+            send_json(resp, status, payload, extra)
 
     def _arm_relay(self, resp: Responder, ex: _Exchange, call: Call, relay: SseRelay) -> None:
         """Sets the SSE pass-through to start when the backend answers 200: the stream's
@@ -803,8 +825,13 @@ class Gateway:
         send_error(resp, status, message, err_type, code, headers)
 
     def _close(self, ex: _Exchange) -> None:
-        """Counts the outcome once and writes the request's log line."""
+        """Counts the outcome once and writes the request's log line. A stream that did
+        not complete (failed, cut, cancelled) is counted with what its client received."""
         outcome = ex.outcome or Outcome.FAILED
+        if outcome is not Outcome.COMPLETED and ex.stream and ex.relay is not None:
+            ex.output_tokens = ex.relay.received()
+            if ex.output_tokens:
+                self.metrics.output_tokens_of(ex.cls).inc(ex.output_tokens)
         self.metrics.ended(ex.cls, outcome, ex.reason)
         if self.shared is not None and ex.backends:  # the tenant's service, for all replicas
             self.shared.charge_tenant(ex.cls, ex.tenant, ex.prompt_tokens + ex.output_tokens)

@@ -283,7 +283,8 @@ class _GatewaySim:
             self.hung.pop(rid, None)
             if rec.ttft_s is not None:  # its client keeps what it has
                 self.book.resumed_at[rid] = self.book.produced.get(rid, 0)
-            self.failures[rid] = effect.failure
+            if effect.failure is not None:  # (None: a live gateway's drain; none here)
+                self.failures[rid] = effect.failure
         elif isinstance(effect, Abandon):  # its last failure goes to the client, as live
             if rec.ttft_s is not None:  # in-band: an error event ends the stream it has
                 self._answered(rec, now, 200, "stream_broken")
