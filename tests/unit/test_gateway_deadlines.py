@@ -162,3 +162,30 @@ def test_failure_kinds_decided_by_the_core() -> None:
     assert (Failure.NO_FIRST_TOKEN.status, Failure.STALLED.status) == (504, 504)
     assert Failure.CIRCUIT_OPEN.reason == "circuit_open"
     assert Failure.STALLED.error()["error"]["code"] == "backend_stalled"
+
+
+def test_a_drain_answers_the_queue_and_cuts_what_is_open_at_its_end() -> None:
+    """SIGTERM (`Drain(until)`): queued requests that cannot finish by then are rejected
+    `shutdown` (503), new arrivals too; at `until` what is in flight is aborted and
+    abandoned (`shutdown`): failed, not cancelled."""
+    from burstguard.gateway.events import Drain, Reject
+    from burstguard.wire.outcomes import Reason
+
+    cfg = GatewayConfig.from_dict({
+        "backends": [{"url": A}], "classes": [{"name": "standard", "rank": 0}],
+        "admission": {"adapt": False, "min_in_flight": 1, "max_in_flight": 1},
+    })  # fmt: skip
+    gw = GatewayCore(cfg)
+    for i in range(3):  # one in flight, two queued; 50 tokens at the 10/s prior: 5 s each
+        gw.handle(Arrive(GatewayRequest(f"r{i}", 0.0, 100, 50)), 0.0)
+    out = gw.handle(Drain(until=2.0), 0.5)
+    assert sorted((e.req.id, e.reason) for e in out if isinstance(e, Reject)) == [
+        ("r1", Reason.SHUTDOWN), ("r2", Reason.SHUTDOWN)]  # fmt: skip
+    (late,) = gw.handle(Arrive(GatewayRequest("r3", 1.0, 100, 50)), 1.0)
+    assert isinstance(late, Reject) and late.reason == Reason.SHUTDOWN
+    assert moves(gw.handle(Tick(), 1.9)) == []
+    out = gw.handle(Tick(), 2.0)
+    assert [type(e) for e in out] == [Abort, Abandon] and out[1].outcome == "shutdown"  # type: ignore[union-attr]
+    outcomes = gw.stats.outcomes["standard"]
+    assert (outcomes["rejected"], outcomes["failed"], outcomes["cancelled"]) == (3, 1, 0)
+    assert gw.stats.rejections[Reason.SHUTDOWN] == 3
