@@ -228,7 +228,8 @@ def test_what_needs_the_proxy_is_off_and_redis_is_refused() -> None:
     })  # fmt: skip
     out, notes = epp_config(cfg)
     assert not any(c.preemptible for c in out.classes) and not out.backends[0].resume
-    assert len(notes) == 2
+    assert not out.backend_deadlines.enabled  # Envoy holds the upstream call
+    assert len(notes) == 3
     shared = {"redis": {"url": "redis://127.0.0.1:1"}}
     redis = GatewayConfig.from_dict({"backends": [{"url": A}], "fleet": shared})
     with pytest.raises(ConfigError, match="Redis"):

@@ -16,6 +16,7 @@ from burstguard.core.gateway.events import (
     Abandon,
     Arrive,
     BackendFailed,
+    Circuit,
     Effect,
     Finish,
     LeaseRefused,
@@ -125,8 +126,9 @@ def test_an_outage_of_every_backend_sheds_the_queue_instead_of_holding_it_foreve
         for t in (0.0, 0.01, 0.02):  # the failure threshold (3): both circuits open
             gw.fleet.on_probe(url, False, t)
     assert arrive(gw, 0, now=0.1) == []  # queued: no backend may take it
-    assert gw.handle(Tick(), 0.5) == []  # within the bound it waits
-    (shed,) = gw.handle(Tick(), 1.2)
+    changes = gw.handle(Tick(), 0.5)  # within the bound it waits; the log hears of both
+    assert changes == [Circuit(A, "open"), Circuit(B, "open")]
+    (shed,) = [e for e in gw.handle(Tick(), 1.2) if not isinstance(e, Circuit)]
     assert isinstance(shed, Reject) and shed.reason == "no_backend" and shed.req.id == "r0"
     assert shed.retry_after_s >= 1.0
     (now,) = arrive(gw, 1, now=1.3)  # refused at once while the outage lasts

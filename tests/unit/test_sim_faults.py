@@ -133,12 +133,13 @@ def test_a_replica_killed_mid_run_in_a_fleet_run() -> None:
     assert plain.failovers == {} and all(r.ok for r in plain.records)
 
 
-def test_a_stalled_replica_holds_its_requests_until_the_read_timeout() -> None:
-    """Stalled: no step, no token, connections open. The probes time out, so the breaker
-    opens; what it holds fails when the backend's read timeout passes (`timeout`), then
-    fails over; a restart before the timeout cuts them instead (`reset`)."""
+def test_without_deadlines_a_stalled_replica_holds_its_requests_until_the_read_timeout() -> None:
+    """Stalled: no step, no token, connections open. With `backend_deadlines` off (the
+    EPP's case) the probes open the breaker but what it holds waits for the backend's read
+    timeout (`timeout`), then fails over; a restart before the timeout cuts it (`reset`)."""
     doc = {"backends": [{"url": "http://replica-0", "read_timeout_s": 3.0}],
-           "fleet": {"router": {"policy": "round_robin"}}}  # fmt: skip
+           "fleet": {"router": {"policy": "round_robin"}},
+           "backend_deadlines": {"enabled": False}}  # fmt: skip
     cfg = GatewayConfig.from_dict(doc)
     stall = (Fault(1, 0.01, FaultKind.STALL, 30.0),)
     sim = _GatewaySim(six(), ENGINE, H100, cfg, 2, faults=stall)
@@ -152,6 +153,63 @@ def test_a_stalled_replica_holds_its_requests_until_the_read_timeout() -> None:
     res = sim.run()
     assert set(sim.failures.values()) == {Failure.RESET}
     assert res.failovers == {"failover": 3} and res.end_s < 30
+
+
+def test_a_stalled_replica_loses_what_it_holds_when_its_circuit_opens() -> None:
+    """The probes of a stalled replica time out; when its circuit opens (3 failed probes,
+    ~1.5 s) the requests it holds move to the other replica at once (`circuit_open`),
+    not after its 600 s read timeout."""
+    sim = _GatewaySim(six(), ENGINE, H100, config(), 2, faults=(Fault(1, 0.01, FaultKind.STALL),))
+    res = sim.run()
+    assert set(sim.failures.values()) == {Failure.CIRCUIT_OPEN}
+    assert res.failovers == {"failover": 3} and all(r.ok for r in res.records)
+    moved = [r.ttft_s for r in res.records if r.ttft_s is not None and r.ttft_s > 1.0]
+    assert len(moved) == 3 and max(moved) < 3.0
+    assert [s for _, url, s in sim.circuits if url == ONE][:1] == ["open"]
+
+
+def deadlines(resume: bool = False, **dl: Any) -> GatewayConfig:
+    doc = config(resume).model_dump()
+    doc["backend_deadlines"] = {**doc["backend_deadlines"], **dl}
+    return GatewayConfig.from_dict(doc)
+
+
+def test_a_wedged_replica_is_left_at_the_first_token_deadline() -> None:
+    """Wedged: it steps no more but its /health answers, so its circuit stays closed: the
+    first-token deadline (max(floor, 4 x predicted TTFT)) moves each request it holds; the
+    third timeout opens its circuit. Without the deadline they waited for the restart."""
+    wedge = (Fault(1, 0.01, FaultKind.WEDGE, 60.0),)
+    cfg = deadlines(first_token_floor_s=1.0, prefill_tokens_per_s=20_000)
+    sim = _GatewaySim(six(), ENGINE, H100, cfg, 2, faults=wedge)
+    res = sim.run()
+    assert set(sim.failures.values()) == {Failure.NO_FIRST_TOKEN}
+    assert res.failovers == {"failover": 3} and all(r.ok for r in res.records)
+    # predicted TTFT 0.2 s per 4,000-token prompt ahead: cut at 1 s, 1.6 s and 2.4 s
+    moved = sorted(r.ttft_s for r in res.records if r.ttft_s is not None and r.ttft_s > 0.9)
+    assert len(moved) == 3 and moved[-1] < 2.4 + 1.0
+    off = _GatewaySim(six(), ENGINE, H100, deadlines(enabled=False), 2, faults=wedge).run()
+    assert max(r.ttft_s or 0 for r in off.records) > 60.0
+
+
+@pytest.mark.parametrize("resume", [True, False])
+def test_a_stream_stalled_mid_answer_resumes_elsewhere_or_ends_in_band(resume: bool) -> None:
+    """Wedged at 3 s, mid-stream: after `stall_s` (2 s) of silence each stream it holds
+    resumes on the other replica with what its client has (every token arrives once), or,
+    where the backend cannot resume, ends with one in-band error."""
+    wedge = (Fault(1, 3.0, FaultKind.WEDGE, 60.0),)
+    sim = _GatewaySim(six(), ENGINE, H100, deadlines(resume, stall_s=2.0), 2, faults=wedge)
+    res = sim.run()
+    assert set(sim.failures.values()) == {Failure.STALLED}
+    cut = [r for r in res.records if r.error is not None]
+    if resume:
+        assert res.failovers == {"failover": 3} and not cut
+        assert all(r.completion_tokens == 500 for r in res.records)
+        assert max(r.e2e_s or 0 for r in res.records) < 3.0 + 2.0 + 0.6 + 10.0
+    else:
+        assert res.failovers == {"not_retryable": 3} and len(cut) == 3
+        assert all(r.error == "stream_broken" and 0 < (r.completion_tokens or 0) < 500
+                   for r in cut)  # fmt: skip
+        assert all(3.0 + 2.0 - 0.26 <= (r.e2e_s or 0) <= 3.0 + 2.0 + 0.6 for r in cut)
 
 
 def test_the_live_relay_and_the_sim_share_the_failure_kinds() -> None:

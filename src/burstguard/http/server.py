@@ -145,6 +145,8 @@ class Responder:
 
     def _head(self, status: int, headers: Iterable[Header], extra: str) -> bytes:
         self.started = True
+        if self._conn._server.closing:
+            self._keep_alive = False  # stopping: the client reconnects elsewhere
         lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n"]
         lines += [f"{k}: {v}\r\n" for k, v in headers]
         if not self._keep_alive:
@@ -689,15 +691,21 @@ class HttpServer:
         self.max_body_bytes = max_body_bytes
         self.limits = limits
         self.connections: set[HttpConnection] = set()
+        self.closing = False  # stopping: every answer closes its connection
         self.loop: asyncio.AbstractEventLoop
         self.flusher: Flusher
         self._flush_interval_s = flush_interval_s
 
     async def serve(
         self, host: str, port: int, on_ready: Callable[[], None] = lambda: None,
-        drain_s: float = 10.0,
+        drain_s: float = 10.0, on_stop: Callable[[float], None] = lambda drain_s: None,
+        on_deadline: Callable[[], None] = lambda: None,
     ) -> None:  # fmt: skip
-        """Serves until SIGINT or SIGTERM; then stops accepting and waits for open answers."""
+        """Serves until SIGINT or SIGTERM; then stops accepting and waits up to `drain_s`
+        for open answers. `on_stop(drain_s)` is told at once (the gateway answers what it
+        queued), `on_deadline()` at the drain's end, before the connections close (the
+        gateway ends the streams still open with an error event); answers written then
+        are flushed first. From the stop on every answer says `connection: close`."""
         self.loop = asyncio.get_running_loop()
         self.flusher = Flusher(self.loop, self._flush_interval_s)
         stop = asyncio.Event()
@@ -712,11 +720,16 @@ class HttpServer:
             await stop.wait()
         finally:
             server.close()
+            self.closing = True
             deadline = self.loop.time() + drain_s
             for conn in list(self.connections):
                 if not conn.busy:
                     conn.close()
+            on_stop(drain_s)
             while any(c.busy for c in self.connections) and self.loop.time() < deadline:
                 await asyncio.sleep(0.05)
+            if any(c.busy for c in self.connections):
+                on_deadline()
+                await asyncio.sleep(0.2)  # the last answers and error events go out
             for conn in list(self.connections):
                 conn.close()

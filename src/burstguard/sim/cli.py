@@ -139,7 +139,7 @@ def sim(
         typer.Option(
             "--faults",
             help="Kill or stall replicas on a schedule (YAML or JSON list of {replica: R, at: "
-            "T, kind: kill|stall, restart_after: D}, engine seconds); needs --gateway or "
+            "T, kind: kill|stall|wedge, restart_after: D}, engine seconds); needs --gateway or "
             "--autoscaler.",
         ),
     ] = None,

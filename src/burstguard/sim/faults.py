@@ -1,6 +1,6 @@
 """A fault schedule for the simulated fleet: `burstguard sim --faults FILE`.
 
-A list of `{replica: R, at: T, kind: kill|stall, restart_after: D}` (YAML or JSON; times in
+A list of `{replica: R, at: T, kind: kill|stall|wedge, restart_after: D}` (YAML or JSON; times in
 engine seconds, the simulator's clock): at T replica R (the R-th the run starts with,
 `sim.replicas.replica_id`) is killed or stalled, and after D more seconds it restarts
 empty (no `restart_after`: it stays down). What the gateway does about it is the core's
@@ -26,6 +26,7 @@ KEYS = ("replica", "at", "kind", "restart_after")
 class FaultKind(enum.StrEnum):
     KILL = "kill"  # the process dies: its connections reset, new ones are refused
     STALL = "stall"  # it stops stepping: connections stay open, nothing comes back
+    WEDGE = "wedge"  # a stall whose HTTP server still answers /health (a wedged GPU)
 
 
 class FaultFileError(FileError):

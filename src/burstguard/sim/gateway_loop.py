@@ -59,11 +59,13 @@ from burstguard.core.fleet.fleet import Fleet
 from burstguard.core.gateway.api import BadRequest
 from burstguard.core.gateway.classify import Classifier
 from burstguard.core.gateway.config import GatewayConfig
-from burstguard.core.gateway.core import TICK_S, GatewayCore, GatewayStats
+from burstguard.core.gateway.core import PROGRESS_S, TICK_S, GatewayCore, GatewayStats
 from burstguard.core.gateway.events import (
     Abandon,
+    Abort,
     Arrive,
     BackendFailed,
+    Circuit,
     Effect,
     Event,
     Fail,
@@ -181,6 +183,7 @@ class _GatewaySim:
         self.failures: dict[str, Failure] = {}  # request id -> its last backend failure
         self.hung: dict[str, float] = {}  # request id -> its read timeout on a stalled replica
         self.back_at: dict[str, float] = {}  # stalled replica -> when it restarts (inf: never)
+        self.wedged: set[str] = set()  # stalled replicas whose /health still answers
         self.profile = profile
         self.where: dict[str, str] = {}  # request id -> the replica running it
         self.routed: dict[str, int] = {}
@@ -196,6 +199,9 @@ class _GatewaySim:
         self.engine_config = engine
         self.reprefill_tokens = 0
         self.tick_s = TICK_S * gateway.engine_speedup
+        self.progress_every = max(1, round(PROGRESS_S / TICK_S))  # ticks between `progressed`
+        self._ticks = 0
+        self.circuits: list[tuple[float, str, str]] = []  # (time, backend, state) as logged
         self.scrape_s = gateway.scrape_interval_s * gateway.engine_speedup
         self._clocked = False  # the tick and scrape are scheduled
         self._generation = 0  # bumped when they stop: a stopped one scheduled before drops
@@ -258,6 +264,9 @@ class _GatewaySim:
             return
         if isinstance(effect, Settle):  # never: the sim's quotas are the core's own
             return
+        if isinstance(effect, Circuit):  # the live gateway logs it
+            self.circuits.append((now, effect.backend, effect.state))
+            return
         rid = effect.req.id
         rec = self.book.records[rid]
         if isinstance(effect, Reject):
@@ -273,6 +282,15 @@ class _GatewaySim:
         elif isinstance(effect, Preempt):
             self.replicas.engine(self.where[rid]).abort(rid, now)
             self.book.resumed_at[rid] = self.book.produced.get(rid, 0)
+        elif isinstance(effect, Abort):  # past its deadline, or its circuit opened
+            url = self.where[rid]
+            if url in self.replicas.replicas or url in self.replicas.draining:
+                self.replicas.engine(url).abort(rid, now)
+            self.hung.pop(rid, None)
+            if rec.ttft_s is not None:  # its client keeps what it has
+                self.book.resumed_at[rid] = self.book.produced.get(rid, 0)
+            if effect.failure is not None:  # (None: a live gateway's drain; none here)
+                self.failures[rid] = effect.failure
         elif isinstance(effect, Abandon):  # its last failure goes to the client, as live
             if rec.ttft_s is not None:  # in-band: an error event ends the stream it has
                 self._answered(rec, now, 200, "stream_broken")
@@ -329,6 +347,8 @@ class _GatewaySim:
                 self.failed(rid, Failure.RESET, now)
         else:
             self.back_at[url] = fault.until_s
+            if fault.kind is FaultKind.WEDGE:
+                self.wedged.add(url)
             engine = self.replicas.engine(url)
             for rid in self.replicas.stall(url, now):
                 self.hang(rid, url, engine, now)
@@ -339,6 +359,7 @@ class _GatewaySim:
         """The replica is back, empty: what its stalled process held is cut (reset)."""
         if url not in self.replicas.replicas and url not in self.replicas.draining:
             return
+        self.wedged.discard(url)
         for rid in self.replicas.restart(url):
             self.hung.pop(rid, None)
             self.failed(rid, Failure.RESET, now)
@@ -378,7 +399,9 @@ class _GatewaySim:
         speedup = self.config.engine_speedup
         for url in self.fleet.probes_due(now / speedup):
             health = self.replicas.health(url)
-            if health is Health.STALLED:  # no answer: it times out
+            if health is Health.STALLED and url in self.wedged:  # its server answers
+                self.fleet.on_probe(url, True, now / speedup)
+            elif health is Health.STALLED:  # no answer: it times out
                 self.heap.at(now + self.probe_timeout_s, FAULT, partial(self.probe_failed, url))
             else:
                 self.fleet.on_probe(url, health is Health.UP, now / speedup)
@@ -395,8 +418,22 @@ class _GatewaySim:
             return
         if self.probing:
             self.probe(now)
-        self.event(Tick(), now)
+        self._ticks += 1
+        progressed: list[str] = []
+        if self._ticks % self.progress_every == 0 and self.config.backend_deadlines.enabled:
+            progressed = self._progressed()
+        self.event(Tick(progressed), now)
         self.heap.at(now + self.tick_s, TICK, lambda t: self.tick(t, gen))
+
+    def _progressed(self) -> list[str]:
+        """What the live shell would report as progressing: every request on a replica
+        that steps (a stalled one sends nothing). A request the engine holds waiting (KV
+        preemption) counts as progressing here; live its stream is silent meanwhile."""
+        out: list[str] = []
+        for url in self.fleet.backends:
+            if self.replicas.health(url) is Health.UP:
+                out += self.fleet.requests_on(url)
+        return out
 
     def _stopped(self, gen: int) -> bool:
         """True for a periodic event of a stopped generation; stops them when all is idle."""

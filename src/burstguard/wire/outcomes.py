@@ -30,3 +30,5 @@ class Reason(StrEnum):
     NO_BACKEND = "no_backend"  # every backend down longer than max_outage_wait_s
     QUOTA = "quota_exceeded"  # its tenant (or key) is over its quota (gateway.quota)
     CLIENT_STALLED = "client_stalled"  # cancelled: its client left its answer unread
+    SHUTDOWN = "shutdown"  # the gateway stopped (SIGTERM): 503 from the queue, or cut at
+    # the end of the drain (failed, one in-band error event)

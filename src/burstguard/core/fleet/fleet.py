@@ -20,8 +20,9 @@ from burstguard.core.fleet.retry_budget import RetryBudget
 from burstguard.core.fleet.router import BackendView, Router, RouteRequest
 from burstguard.core.fleet.state import BackendState
 
-FAILURE_REASONS = ("connect", "reset", "status_5xx", "timeout", "bad_answer")
-"""Passive failures the core reports; each counts towards the backend's circuit breaker."""
+FAILURE_REASONS = ("connect", "reset", "status_5xx", "timeout", "bad_answer", "circuit_open")
+"""Passive failures the core reports; each counts towards the backend's circuit breaker
+(`circuit_open`: the core moved a request off a backend whose circuit had opened)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,8 @@ class _Backend:
     failovers: int = 0
     failures: Counter[str] = field(default_factory=Counter)
     seconds_per_token: float | None = None  # its streams' time per output token (EWMA)
+    circuit_seen: CircuitState = CircuitState.CLOSED  # as `circuit_changes` last told it
+    opened_seen: int = 0  # the breaker's `opened` count `circuit_changes` last told
 
     def learn_pace(self, tpot_s: float, weight: float) -> None:
         old = self.seconds_per_token
@@ -155,6 +158,31 @@ class Fleet:
         b = self._backends.get(url)
         if b is not None:
             b.health.on_probe_result(ok, now)
+
+    def requests_on(self, url: str) -> tuple[str, ...]:
+        """The requests in flight on `url` (none once it is forgotten)."""
+        b = self._backends.get(url)
+        return () if b is None else tuple(b.requests)
+
+    def pace(self, url: str) -> float | None:
+        """`url`'s streams' recent time per output token (None: not learned yet)."""
+        b = self._backends.get(url)
+        return None if b is None else b.seconds_per_token
+
+    def circuit_changes(self, now: float) -> list[tuple[str, CircuitState, bool]]:
+        """Each backend whose circuit changed since the last call: (url, its state now,
+        whether it opened meanwhile: an opening is told even when the circuit has gone
+        half-open again before this call). For the log, and the core's "its circuit
+        opened: move what it holds" rule."""
+        out: list[tuple[str, CircuitState, bool]] = []
+        for url, b in self._backends.items():
+            breaker = b.health.breaker
+            state = breaker.state(now)
+            opened = breaker.opened != b.opened_seen
+            if opened or state is not b.circuit_seen:
+                out.append((url, state, opened))
+                b.circuit_seen, b.opened_seen = state, breaker.opened
+        return out
 
     def set_cap(self, url: str, cap: float) -> None:
         """The gateway's in-flight request cap for `url` (its adaptive limits)."""
@@ -283,7 +311,11 @@ class Fleet:
         """Its backend failed it (`reason` in FAILURE_REASONS). The failure counts for
         that backend's breaker and frees its slot; if `retryable` (no token reached the
         client yet, or the stream can be resumed) and the budget allows, the request is
-        routed to another backend it has not tried, which the answer names."""
+        routed to another backend it has not tried, which the answer names. A request
+        moved off a backend whose circuit opened (`circuit_open`) spends no budget: that
+        backend does no more work on it, so the move adds no load (the budget is there
+        against retries that multiply the work of an overloaded fleet)."""
+        spend = reason != "circuit_open"
         a = self._attempts.get(request_id)
         if a is None:
             raise ValueError(f"request {request_id!r} is not routed")
@@ -300,14 +332,14 @@ class Fleet:
                 outcome = "no_backend"
             elif not any(v.has_room for v in views):
                 outcome = "no_room"
-            elif not self.budget.try_retry(now):
+            elif spend and not self.budget.try_retry(now):
                 outcome = "budget"
             else:
                 url = self.router.pick(a.req, views)
                 assert url is not None  # some view has room
                 outcome = "failover"
                 b.failovers += 1
-                self._send(request_id, _Attempt(a.req, url, [*a.tried, url], retry=True), now)
+                self._send(request_id, _Attempt(a.req, url, [*a.tried, url], retry=spend), now)
         self.failover_outcomes[outcome] += 1
         gone = b.url if self._drop_if_drained(b.url) else None
         return Failover(url, outcome, gone, (*a.tried, url) if url else tuple(a.tried))

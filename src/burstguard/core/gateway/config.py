@@ -137,6 +137,14 @@ class ClassConfig(_Strict):
     min_run_s: float = Field(
         0.0, ge=0, description="a request runs at least this long before it may be preempted"
     )
+    first_token_floor_s: float | None = Field(
+        None, gt=0, description="this class's floor of the first-token deadline (None: "
+        "backend_deadlines.first_token_floor_s)",
+    )  # fmt: skip
+    stall_s: float | None = Field(
+        None, gt=0, description="this class's inter-token stall deadline (None: "
+        "backend_deadlines.stall_s)",
+    )  # fmt: skip
 
 
 class ListenConfig(_Strict):
@@ -257,6 +265,44 @@ class PredictorConfig(_Strict):
     )  # fmt: skip
 
 
+class DeadlineConfig(_Strict):
+    """When the gateway stops waiting on a backend that holds a request silent (a hung
+    engine: a stopped process, a wedged GPU, a partition with no reset), in seconds of the
+    core's clock (engine seconds). docs/gateway.md, "Hung backends", argues each default
+    and what it costs.
+
+    A request with no first token by `max(floor, factor x predicted TTFT)` after its
+    release fails over as a refused one does; the predicted TTFT is the prefill work ahead
+    of it on its backend (its own prompt plus the prompts sent there still without a first
+    token) at the slower of `prefill_tokens_per_s` and the backend's own learned rate, so
+    a long prompt on a slow but healthy engine is given the time it needs. A stream that
+    has started and then sends nothing for `stall_s` resumes on another backend (where its
+    backend resumes) or ends with one in-band error event. A non-streamed answer is silent
+    until whole: its deadline also covers `max_tokens` at the slower of
+    `decode_tokens_per_s` and the backend's learned pace. When a backend's circuit opens,
+    what it holds fails over at once."""
+
+    enabled: bool = Field(True, description="off: only backends[].read_timeout_s bounds a hang")
+    first_token_floor_s: float = Field(
+        10.0, gt=0, description="a first-token deadline is never shorter than this"
+    )
+    first_token_factor: float = Field(
+        4.0, ge=1, description="the deadline's multiple of the predicted time to first token"
+    )
+    prefill_tokens_per_s: float = Field(
+        2000.0, gt=0, description="the prefill rate assumed at most (a backend measured "
+        "slower is assumed at its own rate)",
+    )  # fmt: skip
+    decode_tokens_per_s: float = Field(
+        10.0, gt=0, description="per-stream decode rate assumed at most, for the deadline of a "
+        "non-streamed answer",
+    )  # fmt: skip
+    stall_s: float = Field(
+        15.0, gt=0, description="longest silence of a started stream (a client that is not "
+        "reading is not the backend's silence)",
+    )  # fmt: skip
+
+
 class AutoscalerConfig(_Strict):
     """The scaling policy the gateway runs on its own signals (docs/autoscaling.md): it
     exports the decision as `burstguard_desired_replicas` for KEDA to act on."""
@@ -359,6 +405,11 @@ class GatewayConfig(_Strict):
         "so the sim and the live gateway read this file the same way",
     )
     log_requests: bool = Field(True, description="one JSON log line per request")
+    drain_s: float = Field(
+        10.0, gt=0, description="wall seconds a stopping gateway (SIGTERM) lets in-flight "
+        "answers finish; what is queued and cannot finish by then is answered 503 at once; "
+        "keep terminationGracePeriodSeconds above the preStop sleep + this",
+    )  # fmt: skip
     stream_flush_ms: float = Field(
         10.0, ge=0, le=1000,
         description="a stream's chunks are written to its client at most this often (the "
@@ -368,6 +419,7 @@ class GatewayConfig(_Strict):
     policy: PolicyConfig = PolicyConfig()
     admission: AdmissionConfig = AdmissionConfig()
     predictor: PredictorConfig = PredictorConfig()
+    backend_deadlines: DeadlineConfig = DeadlineConfig()
     autoscaler: AutoscalerConfig | None = None
     fleet: FleetConfig = FleetConfig()
     quotas: QuotaConfig = QuotaConfig()

@@ -47,8 +47,10 @@ the shell) goes to the fairness policy, so VTC orders by service over the whole 
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from burstguard.core.fleet.fleet import Fleet
@@ -63,9 +65,12 @@ from burstguard.core.gateway.admission import (
 from burstguard.core.gateway.config import BackendConfig, ClassConfig, GatewayConfig
 from burstguard.core.gateway.events import (
     Abandon,
+    Abort,
     Arrive,
     BackendFailed,
     Cancel,
+    Circuit,
+    Drain,
     Effect,
     Event,
     Fail,
@@ -81,6 +86,7 @@ from burstguard.core.gateway.events import (
     Settle,
     Tick,
 )
+from burstguard.core.gateway.failure import Failure
 from burstguard.core.gateway.policies import Picker, order_key
 from burstguard.core.gateway.predictor import OutputPredictor
 from burstguard.core.gateway.queue import OVERFLOW_TENANT, ClassQueue, GatewayQueue
@@ -92,6 +98,9 @@ __all__ = ["BackendState", "GatewayCore", "GatewayRequest", "GatewayStats"]
 
 # how often a driver (the live server, the simulator) sends `Tick`, in wall seconds
 TICK_S = 0.05
+# a driver says which requests progressed (`Tick.progressed`) at least this often (wall s)
+PROGRESS_S = 0.25
+_LEARN = 0.2  # EWMA weight of one sample of a backend's prefill time per token
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +189,11 @@ class GatewayCore:
         self._quota_on = self.quotas.enabled
         self._charged: dict[str, tuple[Plan, Verdict, int]] = {}  # id -> plan, verdict, share
         self._settles: list[Effect] = []
+        self._dl = config.backend_deadlines
+        self._deadlines: list[tuple[float, int, int, str]] = []  # (cut_at, seq, armed, id)
+        self._ahead = Counter[str]()  # backend -> prefill tokens sent, no first token yet
+        self._prefill_spt: dict[str, float] = {}  # backend -> learned s per prefill token
+        self._drain_until: float | None = None  # the gateway stops: its drain's end
 
     # -- the driver protocol ----------------------------------------------------------
 
@@ -188,6 +202,12 @@ class GatewayCore:
         out: list[Effect] = []
         self._now = now
         if isinstance(event, Arrive):
+            if self._drain_until is not None:  # stopping: another replica will take it
+                cls = self.config.class_by_name(event.req.priority_class)
+                self._outcomes[cls.name][Outcome.REJECTED] += 1
+                self._rejections[Reason.SHUTDOWN] += 1
+                out.append(Reject(event.req, Reason.SHUTDOWN, self._adm.min_retry_after_s))
+                return out
             if self._quota_on and (refused := self._quota_admit(event, now)) is not None:
                 out.append(refused)
                 return out
@@ -202,6 +222,10 @@ class GatewayCore:
                 return out
         elif isinstance(event, Tick):
             out += (self._shed(r, Reason.DEADLINE, now) for r in self._expire(now))
+            if self._dl.enabled:
+                self._progressed(event.progressed, now)
+                self._check_deadlines(now, out)
+            self._circuits(now, out)
             if self._outage(now):
                 out += self._drop_queue()
         elif isinstance(event, Scrape):
@@ -217,10 +241,15 @@ class GatewayCore:
             self._leave(event.request_id, now, Outcome.FAILED, event.output_tokens)
         elif isinstance(event, BackendFailed):
             self._backend_failed(event, now, out)
+            self._circuits(now, out)
         elif isinstance(event, LeaseRefused):
             self._lease_refused(event.request_id, now)
         elif isinstance(event, FleetService):
             self._picker.fleet_service(event.served)
+        elif isinstance(event, Drain):
+            self._drain_until = event.until
+        if self._drain_until is not None:
+            self._drain(now, out)
         out += self._dispatch(now)
         if self._forgotten:
             out += (Forget(url) for url in self._forgotten)
@@ -351,19 +380,29 @@ class GatewayCore:
         self._forgotten.append(url)
         for d in (self._backend_limits, self._backend_states, self._options, self._held):
             d.pop(url, None)
+        self._prefill_spt.pop(url, None)
 
     def _backend_failed(self, event: BackendFailed, now: float, out: list[Effect]) -> None:
         e = self._in_flight.get(event.request_id)
         if e is None:
             return
-        started = event.started
+        self._fail_over(e, event.reason, event.started, now, out)
+
+    def _fail_over(
+        self, e: Entry, reason: str, started: bool, now: float, out: list[Effect]
+    ) -> None:
+        """Its backend failed it (`reason`): to another backend at once, queued again at
+        its place, or abandoned (the fleet's answer, `Fleet.on_failure`)."""
         retryable = not started or (e.req.resumable and self._resumes(e.req.id))
-        fo = self.fleet.on_failure(e.req.id, event.reason, self._fnow(now), retryable)
+        self._settle_work(e)
+        fo = self.fleet.on_failure(e.req.id, reason, self._fnow(now), retryable)
         if fo.removed is not None:
             self._forget(fo.removed)
         if fo.backend is not None:
             resumed = started or e.preemptions > 0
             priority = self._priority(e, fo.backend)
+            e.released_at = now
+            self._arm(e, fo.backend, now, resumed)
             out.append(Release(e.req, fo.backend, priority, resumed, failover=True))
         elif fo.outcome == "no_room":  # the others are full: first in line at its place
             self._requeue(e)
@@ -372,6 +411,169 @@ class GatewayCore:
         else:
             self._leave(e.req.id, now, Outcome.FAILED)
             out.append(Abandon(e.req, fo.outcome))
+
+    # -- shutdown: the drain ------------------------------------------------------------
+
+    def _drain(self, now: float, out: list[Effect]) -> None:
+        """While stopping: what is queued and cannot finish by the drain's end leaves
+        (503 shutdown, or an in-band error when its answer started); at the end, what is
+        still in flight is cut."""
+        until = self._drain_until
+        assert until is not None
+        for e in list(self._queued.values()):
+            if now + self._expected_s(e) <= until:
+                continue  # it may still be released and finish in time
+            self._queue.remove(e)
+            del self._queued[e.req.id]
+            if e.preemptions or e.req.id in self._resume_after_failure:
+                self._resume_after_failure.discard(e.req.id)
+                self._quota_settle(e.req.id, now, None, ran=True)
+                self._end(e, Outcome.FAILED)
+                out.append(Abandon(e.req, Reason.SHUTDOWN))
+            else:
+                charged = self._quota_settle(e.req.id, now, None, ran=False)
+                self._end(e, Outcome.REJECTED, Reason.SHUTDOWN)
+                out.append(Reject(e.req, Reason.SHUTDOWN, self._adm.min_retry_after_s, charged))
+        if now < until:
+            return
+        for e in list(self._in_flight.values()):
+            out.append(Abort(e.req, None))
+            self._leave(e.req.id, now, Outcome.FAILED)
+            out.append(Abandon(e.req, Reason.SHUTDOWN))
+
+    def _expected_s(self, e: Entry) -> float:
+        """How long `e` is expected to take once released (the core's clock): its prompt
+        at the fleet's learned prefill rate and its predicted output at its learned pace
+        (their mean over the backends; the priors where none is learned yet)."""
+        spts = list(self._prefill_spt.values())
+        prefill = sum(spts) / len(spts) if spts else 1.0 / self._dl.prefill_tokens_per_s
+        paces = [p for url in self.fleet.backends if (p := self.fleet.pace(url)) is not None]
+        decode = (
+            sum(paces) / len(paces) * self.config.engine_speedup
+            if paces
+            else 1.0 / self._dl.decode_tokens_per_s
+        )
+        return e.req.prompt_tokens * prefill + e.predicted_output * decode
+
+    # -- hung backends: deadlines (`config.DeadlineConfig`) -----------------------------
+
+    def _arm(self, e: Entry, url: str, now: float, resumed: bool) -> None:
+        """Sets the deadline of `e`, released to `url` now: no first token (or, resumed, no
+        progress) by `max(floor, factor x predicted TTFT)`, the prefill work ahead of it
+        there (its own prompt, plus the text so far when resumed, bounded by its predicted
+        output) at the slower of the prior and `url`'s learned rate; a non-streamed
+        answer's also covers its `max_tokens` (it is silent until whole)."""
+        e.backend = url
+        if not self._dl.enabled:
+            e.cut_at = math.inf
+            return
+        dl, req = self._dl, e.req
+        e.armed += 1
+        e.work = req.prompt_tokens + (e.predicted_output if resumed else 0)
+        e.ahead = self._ahead[url]
+        self._ahead[url] += e.work
+        ttft = (e.ahead + e.work) * self._seconds_per_prefill_token(url)
+        if not req.stream:
+            out = req.max_tokens or self.config.predictor.default_max_tokens
+            ttft += out * self._seconds_per_output_token(url)
+        floor = e.cls.first_token_floor_s or dl.first_token_floor_s
+        e.cut_at = now + max(floor, dl.first_token_factor * ttft)
+        e.progress_at = None
+        heapq.heappush(self._deadlines, (e.cut_at, e.seq, e.armed, req.id))
+
+    def first_token_deadline(self, request_id: str) -> float | None:
+        """When the request in flight is cut unless it progresses (the core's clock);
+        None: not in flight, or no deadline."""
+        e = self._in_flight.get(request_id)
+        return None if e is None or math.isinf(e.cut_at) else e.cut_at
+
+    def _seconds_per_prefill_token(self, url: str) -> float:
+        prior = 1.0 / self._dl.prefill_tokens_per_s
+        return max(prior, self._prefill_spt.get(url, prior))
+
+    def _seconds_per_output_token(self, url: str) -> float:
+        prior = 1.0 / self._dl.decode_tokens_per_s
+        pace = self.fleet.pace(url)  # wall seconds: the core's clock is engine seconds
+        return prior if pace is None else max(prior, pace * self.config.engine_speedup)
+
+    def _learn_prefill(self, e: Entry, now: float) -> None:
+        """A first token after a fresh release: a sample of its backend's prefill time per
+        token of the work that was ahead of it."""
+        if e.work and e.backend is not None and e.released_at is not None:
+            sample = (now - e.released_at) / (e.ahead + e.work)
+            old = self._prefill_spt.get(e.backend)
+            self._prefill_spt[e.backend] = sample if old is None else old + _LEARN * (sample - old)
+        self._settle_work(e)
+
+    def _settle_work(self, e: Entry) -> None:
+        """Its prefill is done (or it left its backend): no longer work ahead there."""
+        if e.work and e.backend is not None:
+            left = self._ahead[e.backend] - e.work
+            if left > 0:
+                self._ahead[e.backend] = left
+            else:
+                del self._ahead[e.backend]
+        e.work = 0
+
+    def _progressed(self, ids: Collection[str], now: float) -> None:
+        """Streams whose backend sent something: their stall clock starts again."""
+        flight = self._in_flight
+        for rid in ids:
+            e = flight.get(rid)
+            if e is not None and e.first_token_at is not None and e.req.stream:
+                self._progress(e, now)
+
+    def _progress(self, e: Entry, now: float) -> None:
+        """Its stream progressed: due `stall_s` after its last progress from now on."""
+        if e.work:
+            self._settle_work(e)
+        e.progress_at = now
+        if not self._dl.enabled or e.backend is None:
+            return
+        due = now + (e.cls.stall_s or self._dl.stall_s)
+        if e.cut_at > due:  # its deadline was its first token's: the stall's is sooner
+            e.cut_at = due
+            heapq.heappush(self._deadlines, (due, e.seq, e.armed, e.req.id))
+
+    def _check_deadlines(self, now: float, out: list[Effect]) -> None:
+        """Cuts what is past its deadline: a stream that progressed is due again at its
+        last progress + `stall_s`; the rest fail over (`Abort`, then the failure's rule)."""
+        heap, flight = self._deadlines, self._in_flight
+        while heap and heap[0][0] <= now:
+            at, seq, armed, rid = heapq.heappop(heap)
+            e = flight.get(rid)
+            if e is None or e.armed != armed or at != e.cut_at:
+                continue  # it left, or was sent again, or has a sooner deadline
+            started = e.first_token_at is not None
+            if e.progress_at is not None:
+                again = e.progress_at + (e.cls.stall_s or self._dl.stall_s)
+                if again > now:
+                    e.cut_at = again
+                    heapq.heappush(heap, (again, seq, armed, rid))
+                    continue
+            self._cut(e, Failure.STALLED if started else Failure.NO_FIRST_TOKEN, now, out)
+
+    def _cut(self, e: Entry, failure: Failure, now: float, out: list[Effect]) -> None:
+        out.append(Abort(e.req, failure))
+        self._fail_over(e, failure.reason, e.first_token_at is not None, now, out)
+
+    def _circuits(self, now: float, out: list[Effect]) -> None:
+        """Circuit changes go to the log (`Circuit`); a backend whose circuit opened has
+        what it holds moved off it at once: what has no first token, and the streams that
+        can resume elsewhere (a started stream that cannot is left to its stall deadline:
+        cutting it would turn a stream that may be fine into an error)."""
+        for url, state, opened in self.fleet.circuit_changes(self._fnow(now)):
+            out.append(Circuit(url, str(state)))
+            if not (opened and self._dl.enabled):
+                continue
+            resumes = self.backend_options(url).resume
+            for rid in self.fleet.requests_on(url):
+                e = self._in_flight.get(rid)
+                if e is None:
+                    continue
+                if e.first_token_at is not None and not (resumes and e.req.resumable):
+                    continue
+                self._cut(e, Failure.CIRCUIT_OPEN, now, out)
 
     def _lease_refused(self, request_id: str, now: float) -> None:
         e = self._in_flight.get(request_id)
@@ -625,6 +827,7 @@ class GatewayCore:
         self._picker.fairness(e.cls.name).dispatched(e.tenant, charge)
         resumed = e.preemptions > 0 or e.req.id in self._resume_after_failure
         self._resume_after_failure.discard(e.req.id)
+        self._arm(e, backend, now, resumed)
         charged = self._charged.get(e.req.id) if self._charged else None
         verdict = charged[1] if charged is not None else None
         out.append(Release(e.req, backend, self._priority(e, backend), resumed, quota=verdict))
@@ -699,6 +902,9 @@ class GatewayCore:
         if e is None or e.first_token_at is not None:
             return  # unknown, or resumed: its client saw its first token long ago
         e.first_token_at = now
+        self._learn_prefill(e, now)
+        if e.req.stream:
+            self._progress(e, now)
         self.fleet.on_first_token(request_id, self._fnow(now))
         slo = self._ttft[e.cls.name]
         slo[1] += 1
@@ -795,6 +1001,8 @@ class GatewayCore:
         return out
 
     def _unrelease(self, e: Entry) -> None:
+        self._settle_work(e)
+        e.armed += 1  # its deadline on the heap is stale from now
         self._fleet_done(e)
         self._resume_after_failure.discard(e.req.id)
         del self._in_flight[e.req.id]

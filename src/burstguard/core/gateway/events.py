@@ -9,10 +9,11 @@ already gone) ignores it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from burstguard.core.fleet.state import BackendState
+from burstguard.core.gateway.failure import Failure
 from burstguard.core.gateway.quota import BucketCharge, Verdict
 from burstguard.core.gateway.request import GatewayRequest
 from burstguard.wire.outcomes import Reason
@@ -34,7 +35,13 @@ class Arrive:
 
 @dataclass(frozen=True, slots=True)
 class Tick:
-    """The periodic tick (`TICK_S`): expire queue deadlines, release what fits."""
+    """The periodic tick (`TICK_S`): expire queue deadlines, check the backend deadlines
+    (`config.DeadlineConfig`), release what fits. `progressed`: requests in flight whose
+    backend sent something since the shell last said (or whose client holds the stream
+    paused: its silence is not the backend's); a shell says so at least every
+    `PROGRESS_S` wall seconds, on any tick."""
+
+    progressed: Collection[str] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,9 +115,20 @@ class FleetService:
     served: Mapping[str, Mapping[str, float]]
 
 
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """The gateway is stopping (SIGTERM) and its drain ends at `until` (the core's clock):
+    nothing new is admitted (503 shutdown), what is queued and is not predicted to finish
+    by then is answered 503 shutdown with a Retry-After (an answer already started ends
+    with an in-band error), and at `until` what is still in flight is cut (`Abort` with
+    no failure, then `Abandon(shutdown)`). Sent again with `until` = now, it cuts at once."""
+
+    until: float
+
+
 Event = (
     Arrive | Tick | Scrape | FirstToken | Finish | Cancel | Fail | BackendFailed | LeaseRefused
-    | FleetService
+    | FleetService | Drain
 )  # fmt: skip
 
 
@@ -163,6 +181,27 @@ class Abandon:
 
 
 @dataclass(frozen=True, slots=True)
+class Abort:
+    """Close the request's upstream and keep its client: its backend held it silent past
+    its deadline, or the backend's circuit opened (`failure` says which; its status and
+    error are what the client gets if nothing follows). The core's next effect about it
+    (in the same answer) says what follows: a `Release` to another backend (resumed when
+    its client holds tokens), or an `Abandon`; or it waits in the queue again."""
+
+    req: GatewayRequest
+    failure: Failure | None  # None: the gateway's drain ended (reason shutdown)
+
+
+@dataclass(frozen=True, slots=True)
+class Circuit:
+    """`backend`'s circuit breaker changed state (for the log). (No request: `req` None.)"""
+
+    backend: str
+    state: str  # closed, open, half_open
+    req: None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Forget:
     """`backend` drained and left the fleet: stop its scraper. (No request: `req` None.)"""
 
@@ -180,4 +219,4 @@ class Settle:
     amounts: tuple[tuple[BucketCharge, float], ...]
 
 
-Effect = Release | Reject | Preempt | Abandon | Forget | Settle
+Effect = Release | Reject | Preempt | Abort | Abandon | Circuit | Forget | Settle

@@ -23,6 +23,12 @@ class Failure(enum.Enum):
     CUT_STREAM = ("reset", 502, "backend_cut_stream", "the backend ended the stream early")
     NOT_JSON = ("bad_answer", 502, "bad_answer", "the backend's answer was not JSON")
     STATUS_5XX = ("status_5xx", 502, "backend_error", "the backend failed")
+    # decided by the core (`backend_deadlines`), not seen by a shell: `Abort` names them
+    NO_FIRST_TOKEN = ("timeout", 504, "backend_timeout",
+                      "the backend sent no first token within its deadline")  # fmt: skip
+    STALLED = ("timeout", 504, "backend_stalled", "the backend's stream stalled")
+    CIRCUIT_OPEN = ("circuit_open", 503, "backend_unreachable",
+                    "the backend was taken out of rotation")  # fmt: skip
 
     @property
     def reason(self) -> str:

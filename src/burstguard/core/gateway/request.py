@@ -30,6 +30,8 @@ class GatewayRequest:
     # the backends it may go to (a Gateway API gateway's subset hint); None: any. While
     # none of them has room it waits, and so does what is queued behind it in order
     allowed: frozenset[str] | None = None
+    stream: bool = True  # answered as a stream (False: silent until whole: its deadline
+    # covers the whole answer, `config.DeadlineConfig`)
 
 
 @dataclass(slots=True, eq=False)
@@ -47,6 +49,12 @@ class Entry:
     first_token_at: float | None = None  # the client's first token (once, across resumes)
     preemptions: int = 0  # > 0: its client holds a started answer; never shed from the queue
     charged: int = 0  # predicted tokens charged to its tenant's fairness (once, at a release)
+    backend: str | None = None  # where its last release sent it
+    work: int = 0  # prefill tokens counted ahead on that backend until its first token there
+    ahead: int = 0  # prefill tokens ahead of it on that backend when it was sent there
+    armed: int = 0  # bumped at each release: an older deadline on the heap is stale
+    cut_at: float = 0.0  # its deadline (`GatewayCore._watch`); inf: none
+    progress_at: float | None = None  # its stream's last progress since its last release
     cost: int = field(init=False)
     """Tokens it holds in the budget: prompt + predicted output (read a dozen times per
     request, so stored: neither part changes)."""

@@ -67,9 +67,11 @@ from burstguard.core.gateway.config import GatewayConfig
 from burstguard.core.gateway.core import TICK_S, GatewayCore
 from burstguard.core.gateway.events import (
     Abandon,
+    Abort,
     Arrive,
     BackendFailed,
     Cancel,
+    Circuit,
     Effect,
     Event,
     Fail,
@@ -135,7 +137,12 @@ def epp_config(config: GatewayConfig) -> tuple[GatewayConfig, list[str]]:
             update={"options": options.model_copy(update={"resume": False})}
         )
         fleet = fleet.model_copy(update={"discovery": discovery})
-    out = config.model_copy(update={"classes": classes, "backends": backends, "fleet": fleet})
+    update: dict[str, object] = {"classes": classes, "backends": backends, "fleet": fleet}
+    if config.backend_deadlines.enabled:
+        notes.append("backend_deadlines are off in EPP mode (Envoy holds the upstream: its "
+                     "route timeouts bound a hung backend)")  # fmt: skip
+        update["backend_deadlines"] = config.backend_deadlines.model_copy(update={"enabled": False})
+    out = config.model_copy(update=update)
     return out, notes
 
 
@@ -285,6 +292,11 @@ class EndpointPicker:
         if isinstance(effect, Forget):
             if self.monitor is not None:
                 self.monitor.forget(effect.backend)
+            return
+        if isinstance(effect, Circuit):
+            log.warning("backend %s: circuit %s", effect.backend, effect.state)
+            return
+        if isinstance(effect, Abort):  # never: `epp_config` turns backend_deadlines off
             return
         if isinstance(effect, Preempt):  # classes are not preemptible here (`epp_config`)
             log.warning("request %s: preemption is not available in EPP mode", effect.req.id)

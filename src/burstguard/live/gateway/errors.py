@@ -54,18 +54,27 @@ SHED_MESSAGES = {
     Reason.DEADLINE: "the {cls} queue cannot start this request before its deadline",
     Reason.EVICTED: "shed from the gateway queue to make room for higher-priority requests",
     Reason.NO_BACKEND: "no backend has been healthy for a while (all are down)",
+    Reason.SHUTDOWN: "this gateway replica is shutting down",
 }
+
+SHUTDOWN_ERROR = {"error": {"message": "this gateway replica is shutting down; retry the "
+                            "request", "type": "service_unavailable", "param": None,
+                            "code": Reason.SHUTDOWN.value}}  # fmt: skip
+"""What a request cut at the end of the drain gets (in-band, or as the 503's body)."""
 
 
 def send_shed(
     resp: Responder, cls: str, reason: Reason, retry_s: float | None, rid: str,
     extra: tuple[Header, ...] = (),
 ) -> int:  # fmt: skip
-    """429 with Retry-After (wall seconds) for a request the core shed; returns the
-    Retry-After sent, in seconds."""
+    """429 with Retry-After (wall seconds) for a request the core shed (503 for
+    `shutdown`: this replica stops, another serves it); returns the Retry-After sent, in
+    seconds."""
     header = retry_after_header(retry_s)
     msg = SHED_MESSAGES[reason].format(cls=cls)
-    send_error(resp, 429, f"{msg}; retry after {header} s", "rate_limit_exceeded", reason,
+    status, kind = (503, "service_unavailable") if reason == Reason.SHUTDOWN else (
+        429, "rate_limit_exceeded")  # fmt: skip
+    send_error(resp, status, f"{msg}; retry after {header} s", kind, reason,
                (("retry-after", header), ("x-request-id", rid), *extra))  # fmt: skip
     return int(header)
 

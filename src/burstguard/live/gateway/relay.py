@@ -203,6 +203,18 @@ class SseRelay:
         n = self._events - (1 if b"[DONE]" in tail else 0) - 1 - (1 if self._chat else 0)
         return self.base_tokens + max(0, n)
 
+    def received(self) -> int:
+        """Tokens its client holds now, whether the stream ended or was cut: the usage
+        when the answer is whole, else one per content event (exact with vLLM's default
+        `--stream-interval 1` and the emulator; a backend that sends several tokens per
+        event is undercounted for a cut stream)."""
+        if self.usage_tokens is not None or self.finished():
+            return self.tokens()
+        if self._keep:
+            return self.text_events
+        self.tail  # noqa: B018  (folds: an unedited stream's events are counted to date)
+        return self.base_tokens + max(0, self._events - (1 if self._chat else 0))
+
 
 def json_tokens(body: bytes) -> int | None:
     """completion_tokens of a non-streamed answer, or the answer text counted; None when

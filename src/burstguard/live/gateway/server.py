@@ -69,12 +69,15 @@ from burstguard.core.gateway.api import (
 from burstguard.core.gateway.auth import AuthError, Identity, KeyAuthenticator
 from burstguard.core.gateway.classify import Classifier
 from burstguard.core.gateway.config import AutoscalerConfig, GatewayConfig
-from burstguard.core.gateway.core import TICK_S, GatewayCore
+from burstguard.core.gateway.core import PROGRESS_S, TICK_S, GatewayCore
 from burstguard.core.gateway.events import (
     Abandon,
+    Abort,
     Arrive,
     BackendFailed,
     Cancel,
+    Circuit,
+    Drain,
     Effect,
     Event,
     Fail,
@@ -99,6 +102,7 @@ from burstguard.http.client import UPSTREAM_IDLE_S, Call, UpstreamError, Upstrea
 from burstguard.http.server import HttpRequest, HttpServer, Responder
 from burstguard.live.gateway.errors import (
     JSON_HEADER,
+    SHUTDOWN_ERROR,
     failure_of,
     json_bytes,
     ratelimit_headers,
@@ -157,6 +161,8 @@ class _Exchange:
     failure: tuple[int, dict[str, Any]] | None = None  # the last backend failure's answer
     quota: Verdict | None = None  # its quota's buckets after admission (x-ratelimit-*)
     relay: SseRelay | None = None  # a stream's relay (what its client received so far)
+    fed: bool = False  # its backend sent something since the last progress report
+    resp: Responder | None = None  # its client's answer (paused: not the backend's silence)
 
 
 class Gateway:
@@ -221,9 +227,20 @@ class Gateway:
         gc.freeze()
         gc.set_threshold(20_000, 20, 20)
         try:
-            await server.serve(self.config.listen.host, self.config.listen.port, on_ready)
+            await server.serve(self.config.listen.host, self.config.listen.port, on_ready,
+                               drain_s=self.config.drain_s, on_stop=self._draining,
+                               on_deadline=self._drained)  # fmt: skip
         finally:
             await self.stop()
+
+    def _draining(self, drain_s: float) -> None:
+        """SIGTERM: the core answers what cannot finish in the drain (503 shutdown)."""
+        log.warning("stopping: draining for %g s", drain_s)
+        self.event(Drain(self._now() + drain_s * self._speedup))
+
+    def _drained(self) -> None:
+        """The drain's end: what is still in flight is cut, streams with an error event."""
+        self.event(Drain(self._now()))
 
     async def start(self) -> None:
         """Discovery, scrapers and probes, Redis; a source that fails at start (an
@@ -297,6 +314,10 @@ class Gateway:
             )
         return pool
 
+    def backend_name(self, url: str) -> str:
+        """How logs and metrics name `url` (see `FleetCollector`)."""
+        return url
+
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
@@ -334,7 +355,24 @@ class Gateway:
             if pool is not None:
                 pool.close()
             return
+        if isinstance(effect, Circuit):  # one line per change, for whoever is on call
+            log.warning("backend %s: circuit %s", self.backend_name(effect.backend), effect.state)
+            return
         rid = effect.req.id
+        if isinstance(effect, Abort):  # past its deadline, or its circuit opened
+            ex = self._running.get(rid)
+            if ex is not None:
+                self._drop_lease(ex)
+                failure = effect.failure
+                if failure is None:  # the drain ended
+                    ex.failure = (503, SHUTDOWN_ERROR)
+                else:
+                    ex.failure = (failure.status, failure.error())
+                    self.metrics.errors.labels(failure.code).inc()
+                ex.preempted = True  # its call ends; the core's next effect says what follows
+                if ex.call is not None:
+                    ex.call.abort()
+            return
         if isinstance(effect, Preempt):
             ex = self._running.get(rid)
             if ex is not None:
@@ -372,14 +410,27 @@ class Gateway:
             except Exception:  # the syncer must never die
                 log.exception("shared state sync failed")
 
+    def _progressed(self) -> list[str]:
+        """Requests whose backend sent something since the last report, or whose client
+        holds its stream paused (then the backend's silence is the client's doing)."""
+        out: list[str] = []
+        for rid, ex in self._running.items():
+            if ex.fed or (ex.resp is not None and ex.resp.paused):
+                ex.fed = False
+                out.append(rid)
+        return out
+
     async def _tick(self) -> None:
         loop = asyncio.get_running_loop()
+        every = max(1, round(PROGRESS_S / TICK_S))
+        ticks = 0
         while True:
             due = loop.time() + TICK_S
             await asyncio.sleep(TICK_S)
             self.metrics.loop_lag.observe(max(0.0, loop.time() - due))
+            ticks += 1
             try:
-                self.event(Tick())
+                self.event(Tick(self._progressed() if ticks % every == 0 else ()))
             except Exception:  # the dispatcher must never die
                 log.exception("gateway tick failed")
 
@@ -444,6 +495,7 @@ class Gateway:
         # a whole UUID4: backends may validate it (llama-cpp-python answers 400 otherwise)
         rid = uuid.uuid4().hex
         ex = _Exchange(rid, cls, tenant, req.path, gen.stream, arrival, prompt_tokens)
+        ex.resp = resp
         self.metrics.arrived(cls, is_retry(req.headers))
         self.metrics.prompt_arrived(cls, prompt_tokens)
         self._arrivals += 1
@@ -458,7 +510,8 @@ class Gateway:
         )
         gr = GatewayRequest(rid, arrival * self._speedup, prompt_tokens, gen.output_limit(),
                             cls, tenant, req.path, resumable, prefix_hashes=hashes,
-                            key_id=ident.key_id if ident is not None else None)  # fmt: skip
+                            key_id=ident.key_id if ident is not None else None,
+                            stream=gen.stream)  # fmt: skip
         arrive = await self._charge_quota(gr)
         ex.own_s = self._clock() - arrival  # read to the core; the rest is added at release
         fut: asyncio.Future[Effect] = asyncio.get_running_loop().create_future()
@@ -509,7 +562,7 @@ class Gateway:
         if ex.output_tokens:
             return ex.output_tokens
         if ex.relay is not None and ex.stream:
-            return ex.relay.tokens()
+            return ex.relay.received()
         return None if ex.backends else 0
 
     def _end_unexpected(self, ex: _Exchange) -> None:
@@ -530,7 +583,8 @@ class Gateway:
         while True:
             effect = await fut
             if isinstance(effect, Reject):
-                ex.outcome, ex.reason, ex.status = Outcome.REJECTED, effect.reason, 429
+                ex.outcome, ex.reason = Outcome.REJECTED, effect.reason
+                ex.status = 503 if effect.reason == Reason.SHUTDOWN else 429
                 if effect.reason == Reason.QUOTA and effect.quota is not None:
                     wait = send_quota(resp, ex.tenant, effect.quota, self._speedup, ex.rid)
                     if math.isfinite(wait):
@@ -667,14 +721,19 @@ class Gateway:
         status, payload = ex.failure or (502, {"error": {
             "message": "backend failed", "type": "upstream_error", "param": None,
             "code": "backend_error"}})  # fmt: skip
-        ex.outcome, ex.reason = Outcome.FAILED, str(payload["error"].get("code"))
-        if outcome != "not_retryable":
-            ex.reason += f"+{outcome}"
+        extra: tuple[tuple[str, str], ...] = ()
+        if outcome == Reason.SHUTDOWN:  # this replica stops: its own reason, not a backend's
+            status, payload = 503, SHUTDOWN_ERROR
+            ex.outcome, ex.reason = Outcome.FAILED, Reason.SHUTDOWN
+            extra = (("retry-after", "1"),)
+        else:  # the documented form: the error code plus the fleet's outcome, always
+            ex.outcome = Outcome.FAILED
+            ex.reason = f"{payload['error'].get('code')}+{outcome}"
         if resp.started:
             resp.end(b"data: " + json_bytes(payload) + b"\n\n")
         else:
             ex.status = status
-            send_json(resp, status, payload)
+            send_json(resp, status, payload, extra)
 
     def _arm_relay(self, resp: Responder, ex: _Exchange, call: Call, relay: SseRelay) -> None:
         """Sets the SSE pass-through to start when the backend answers 200: the stream's
@@ -685,6 +744,7 @@ class Gateway:
         def sink(data: bytes) -> None:
             """Until the client holds a token: its first bytes are timed, nothing is held."""
             hold = relay.content_seen  # until a token is out, nothing waits for the flush
+            ex.fed = True
             out = relay.feed(data)
             if out:
                 resp.write_soon(out, hold)  # later ones at most every flush interval
@@ -701,6 +761,7 @@ class Gateway:
 
         def tokens(data: bytes) -> None:
             """Every later read (most of them): relayed, at most once per flush interval."""
+            ex.fed = True
             out = relay.feed(data)
             if out:
                 resp.write_soon(out)
@@ -765,8 +826,13 @@ class Gateway:
         send_error(resp, status, message, err_type, code, headers)
 
     def _close(self, ex: _Exchange) -> None:
-        """Counts the outcome once and writes the request's log line."""
+        """Counts the outcome once and writes the request's log line. A stream that did
+        not complete (failed, cut, cancelled) is counted with what its client received."""
         outcome = ex.outcome or Outcome.FAILED
+        if outcome is not Outcome.COMPLETED and ex.stream and ex.relay is not None:
+            ex.output_tokens = ex.relay.received()
+            if ex.output_tokens:
+                self.metrics.output_tokens_of(ex.cls).inc(ex.output_tokens)
         self.metrics.ended(ex.cls, outcome, ex.reason)
         if self.shared is not None and ex.backends:  # the tenant's service, for all replicas
             self.shared.charge_tenant(ex.cls, ex.tenant, ex.prompt_tokens + ex.output_tokens)
