@@ -196,9 +196,9 @@ class Scheduler:
 def _shape(scheduled: dict[EngineRequest, int]) -> BatchShape:
     prefill = decode = context = pairs = prefill_seqs = 0
     for req, n in scheduled.items():
-        done = req.num_computed_tokens
+        done, out = req.num_computed_tokens, req.num_output_tokens
         context += done
-        if n == 1 and req.num_output_tokens and done == req.prompt_tokens + req.num_output_tokens - 1:
+        if n == 1 and out and done == req.prompt_tokens + out - 1:
             decode += 1
             pairs += done + 1
         else:
