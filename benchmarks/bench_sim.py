@@ -69,16 +69,13 @@ def run_fleet(  # type: ignore[no-untyped-def]
     )
 
 
-LENGTHS = {"prompt_tokens": "lognormal:mean=512,sigma=0.8",
-           "output_tokens": "lognormal:mean=128,sigma=0.8"}  # fmt: skip
-
-
 def day(hours: float) -> None:
     """A production day: gamma arrivals (CV 2) at 20 req/s mean under a diurnal envelope
     (period 24 h), through the gateway into a kpa-autoscaled fleet of 1-64 replicas."""
     spec = PatternSpec(
         pattern="gamma", burstiness=0.25, rate=20.0, duration_s=hours * 3600, seed=1,
-        envelope="diurnal", envelope_params={"period_s": 86_400.0}, **LENGTHS,
+        envelope="diurnal", envelope_params={"period_s": 86_400.0},
+        prompt_tokens="lognormal:mean=512,sigma=0.8", output_tokens="lognormal:mean=128,sigma=0.8",
     )  # fmt: skip
     run_fleet(f"{hours:g} h day (gamma CV 2, 20 req/s mean, diurnal), kpa 1-64 replicas",
               synthesize(spec), "kpa", replicas=64, min_replicas=1)  # fmt: skip
