@@ -1,15 +1,20 @@
 """Simulated requests per wall second of `burstguard sim` (issue 3 target: 100k < 20 s;
-issue 22: 100k requests over 8 replicas behind the gateway < 60 s on one core).
+issue 22: 100k requests over 8 replicas behind the gateway < 60 s on one core; issue 34:
+100k on one engine <= 8 s, 100k over 8 replicas behind the gateway <= 20 s, a 24 h
+gamma (CV 2) day at 20 req/s mean, diurnal, over a kpa-autoscaled fleet of 1-64 replicas
+<= 60 s).
 
 The default fast-forwards runs of pure decode steps (same results, see
 tests/unit/test_sim_engine.py and tests/unit/test_sim_fleet_fast_forward.py); the Azure
 trace and the fleet also run one step at a time, for the ratio.
 
-Run: .venv/bin/python benchmarks/bench_sim.py
+Run: flock /work/notes/bench.lock .venv/bin/python benchmarks/bench_sim.py [--day-hours H]
+(`--day-hours 0` skips the day; it is the longest case.)
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
@@ -34,17 +39,27 @@ def run(name: str, workload, config: EngineConfig, fast_forward: bool = True) ->
     )
 
 
-def run_fleet(name: str, workload, scaling: str | None, fast_forward: bool = True) -> None:  # type: ignore[no-untyped-def]
-    """The gateway core in front of 8 replicas (or an autoscaler with at most 8)."""
+def run_fleet(  # type: ignore[no-untyped-def]
+    name: str, workload, scaling: str | None, fast_forward: bool = True, replicas: int = 8,
+    min_replicas: int | None = None,
+) -> None:  # fmt: skip
+    """The gateway core in front of `replicas` replicas (or an autoscaler with at most
+    that many, starting from `min_replicas`)."""
     from burstguard.core.scaling import load_policy
     from burstguard.sim.defaults import fleet_gateway
     from burstguard.sim.gateway_loop import simulate_gateway
 
-    policy = None if scaling is None else load_policy(scaling).with_overrides(max_replicas=8)
+    policy = None
+    start = replicas
+    if scaling is not None:
+        policy = load_policy(scaling).with_overrides(max_replicas=replicas)
+        if min_replicas is not None:
+            policy = policy.with_overrides(min_replicas=min_replicas)
+            start = min_replicas
     profile = Profile.load("llama3-8b-h100")
     t0, c0 = time.perf_counter(), time.process_time()
-    res = simulate_gateway(workload, EngineConfig(), profile, fleet_gateway(8), 8, scaling=policy,
-                           fast_forward=fast_forward)  # fmt: skip
+    res = simulate_gateway(workload, EngineConfig(), profile, fleet_gateway(replicas), start,
+                           scaling=policy, fast_forward=fast_forward)  # fmt: skip
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     cost = f", {res.scaling['replica_seconds']:,.0f} replica-s" if res.scaling else ""
     print(
@@ -54,7 +69,22 @@ def run_fleet(name: str, workload, scaling: str | None, fast_forward: bool = Tru
     )
 
 
+def day(hours: float) -> None:
+    """A production day: gamma arrivals (CV 2) at 20 req/s mean under a diurnal envelope
+    (period 24 h), through the gateway into a kpa-autoscaled fleet of 1-64 replicas."""
+    spec = PatternSpec(
+        pattern="gamma", burstiness=0.25, rate=20.0, duration_s=hours * 3600, seed=1,
+        envelope="diurnal", envelope_params={"period_s": 86_400.0},
+        prompt_tokens="lognormal:mean=512,sigma=0.8", output_tokens="lognormal:mean=128,sigma=0.8",
+    )  # fmt: skip
+    run_fleet(f"{hours:g} h day (gamma CV 2, 20 req/s mean, diurnal), kpa 1-64 replicas",
+              synthesize(spec), "kpa", replicas=64, min_replicas=1)  # fmt: skip
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--day-hours", type=float, default=24.0, help="0: skip the day")
+    args = parser.parse_args()
     azure = load_workload(AZURE)
     run("azure code trace, one step at a time", azure, EngineConfig(), fast_forward=False)
     run("azure code trace", azure, EngineConfig())
@@ -71,6 +101,8 @@ def main() -> None:
     run_fleet("100k over 8 replicas, one step at a time", workload, None, fast_forward=False)
     run_fleet("100k over 8 replicas behind the gateway (gamma CV 2, 160 req/s)", workload, None)
     run_fleet("the same, kpa scaling 8 replicas at most", workload, "kpa")
+    if args.day_hours > 0:
+        day(args.day_hours)
 
 
 if __name__ == "__main__":

@@ -454,8 +454,7 @@ class _GatewaySim:
         return self.arrivals + self.refused < len(self.workload) or not self._idle()
 
     def _idle(self) -> bool:
-        s = self.gw.stats
-        return self.replicas.idle and s.in_flight_requests == 0 and not any(s.queue_depth.values())
+        return not self.gw.holds_requests and self.replicas.idle
 
     # -- the engine replicas -----------------------------------------------------------
 

@@ -72,24 +72,26 @@ class RecordBook:
     def apply(self, result: StepResult) -> StepEvents:
         events = StepEvents()
         now = result.end_s
+        records, produced, last_at = self.records, self.produced, self._last_token_at
         for rid in result.started:
-            rec = self.records[rid]
+            rec = records[rid]
             if rec.queue_s is None:
                 rec.queue_s = result.start_s - rec.scheduled_s
         base = self.resumed_at
-        for rid, count in result.tokens:
+        first_token = events.first_token
+        for rid, count in result.tokens:  # (once per token: locals, one lookup each)
             if base:
                 count += base.get(rid, 0)
-            if count <= self.produced.get(rid, 0):
+            if count <= produced.get(rid, 0):
                 continue  # recomputed after preemption: the client already has it
-            self.produced[rid] = count
-            rec = self.records[rid]
+            produced[rid] = count
+            rec = records[rid]
             if rec.ttft_s is None:
                 rec.ttft_s = now - rec.scheduled_s
-                events.first_token.append(rid)
+                first_token.append(rid)
             else:
-                rec.itl_s.append(now - self._last_token_at[rid])
-            self._last_token_at[rid] = now
+                rec.itl_s.append(now - last_at[rid])
+            last_at[rid] = now
         for rid in result.finished:
             self._finish(rid, now)
             events.finished.append(rid)
@@ -99,22 +101,35 @@ class RecordBook:
         """`apply` for a fast-forwarded run of decode steps, token for token the same."""
         ends = run.ends
         gaps = [b - a for a, b in itertools.pairwise(ends)]
+        k = len(ends)
+        records, produced, last_at, base = (
+            self.records, self.produced, self._last_token_at, self.resumed_at,
+        )  # fmt: skip
+        last_end = ends[-1]
         for rid, n, count in run.tokens:
-            count += self.resumed_at.get(rid, 0)
-            new = min(n, count - self.produced.get(rid, 0))
+            if base:
+                count += base.get(rid, 0)
+            new = count - produced.get(rid, 0)
+            if new > n:
+                new = n
             if new <= 0:
                 continue
             first = n - new
-            self.produced[rid] = count
-            rec = self.records[rid]
+            produced[rid] = count
+            rec = records[rid]
+            itl = rec.itl_s
             if rec.ttft_s is None:
                 rec.ttft_s = ends[first] - rec.scheduled_s
             else:
-                rec.itl_s.append(ends[first] - self._last_token_at[rid])
-            rec.itl_s.extend(gaps[first : n - 1])
-            self._last_token_at[rid] = ends[n - 1]
+                itl.append(ends[first] - last_at[rid])
+            if n == k and first == 0:  # the whole run (the common case): no slicing
+                itl.extend(gaps)
+                last_at[rid] = last_end
+            else:
+                itl.extend(gaps[first : n - 1])
+                last_at[rid] = ends[n - 1]
         for rid in run.finished:
-            self._finish(rid, self._last_token_at[rid])
+            self._finish(rid, last_at[rid])
 
     def _finish(self, rid: str, now: float) -> None:
         rec = self.records[rid]

@@ -5,12 +5,13 @@ Pareto frontier and the chosen config."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -42,10 +43,15 @@ from burstguard.tune.space import (
     scaling_knobs,
     split,
 )
+from burstguard.tune.study import SLICE_SHARE, optuna_search
 from burstguard.workload.options import TraceFileOption, TraceFormatOption, pattern_options
 from burstguard.workload.spec import Workload
 from burstguard.workload.synth import PatternSpec
 
+if TYPE_CHECKING:
+    from burstguard.tune.ray_runner import RayRunner
+
+SEARCHES = ("tpe", "nsga2", "descent", "grid")
 ROBUST_TOLERANCE = 0.05
 """The winner is robust when no other finalist beats it by more than this on the second
 seed (the workload's own variance moves every finalist alike, so it is only reported)."""
@@ -72,9 +78,30 @@ def tune(
     search: Annotated[
         str,
         typer.Option(
-            "--search", help="descent (coordinate descent, few runs) | grid (every combination)"
+            "--search",
+            help="tpe (Optuna's TPE on goodput per replica-s, hopeless candidates pruned on "
+            "a slice of the workload) | nsga2 (Optuna's NSGA-II: the goodput vs "
+            "replica-seconds frontier) | descent (coordinate descent) | grid (every "
+            "combination)",
         ),
     ] = "descent",
+    budget: Annotated[
+        float,
+        typer.Option(
+            "--budget",
+            help="tpe/nsga2: simulations of the whole workload to spend (a pruning slice "
+            "costs its share)",
+        ),
+    ] = 30.0,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            help="Run the trials as Ray tasks on the Ray cluster at ADDRESS (auto, or "
+            "HOST:PORT; the trace is shipped once through its object store); needs "
+            "burstguard[ray]. Without it: --workers local processes.",
+        ),
+    ] = None,
     slo: Annotated[
         str, typer.Option("--slo", help="default SLO, e.g. ttft=0.5,tpot=0.05 (seconds)")
     ] = "ttft=0.5,tpot=0.05",
@@ -127,12 +154,17 @@ def tune(
     pattern: prints the Pareto frontier (cost vs SLO attainment) and the config with the
     best goodput per replica-second, re-checked on a second seed.
 
-    A joint search multiplies the grids (the default one has thousands of points): use
-    the default coordinate descent, which tries one knob at a time."""
+    A joint search multiplies the grids (the default one has thousands of points): the
+    default coordinate descent tries one knob at a time (it measured at least as good as
+    Optuna on the same budget, benchmarks/bench_tune.py); tpe spends --budget
+    simulations, pruning hopeless candidates on a slice of the workload; nsga2 spends
+    them on the cost vs goodput frontier; --ray spreads the trials over a cluster."""
     if (trace is None) == (pattern_spec is None):
         raise UserError("give exactly one of --trace FILE or --pattern NAME")
-    if search not in ("descent", "grid"):
-        raise UserError(f"--search must be descent or grid (got {search!r})")
+    if search not in SEARCHES:
+        raise UserError(f"--search must be one of {', '.join(SEARCHES)} (got {search!r})")
+    if budget < 1:
+        raise UserError("--budget must be >= 1 (simulations of the whole workload)")
     if workers < 0:
         raise UserError("--workers must be >= 0 (0: one per core)")
     if json_out is not None:
@@ -161,26 +193,38 @@ def tune(
             "no valid combination of the --axis values (vLLM, or the policy's limits, "
             "would refuse each)"
         )
-    n_workers = workers or os.cpu_count() or 1
+    n_workers = workers or (0 if ray else os.cpu_count() or 1)
     started = time.monotonic()
-    with _ProgressBar(len(candidates)) as advance, Runner(objective, n_workers, advance) as runner:
+    start = objective.start(axes)
+    if not objective.valid(start):
+        start = candidates[0]
+    total = len(candidates) if search in ("grid", "descent") else math.ceil(budget)
+    with (
+        _ProgressBar(total) as advance,
+        make_runner(objective, n_workers, advance, ray) as runner,
+    ):
         if search == "grid":
             trials = grid_search(candidates, runner)
-        else:
-            start = objective.start(axes)
-            if not objective.valid(start):
-                start = candidates[0]
+        elif search == "descent":
             trials = coordinate_descent(axes, start, runner, objective.valid)
+        else:
+            part = replace(objective, workload=head(workload, SLICE_SHARE))
+            with make_runner(part, runner.workers, None, ray) as slices:
+                pruning = slices if search == "tpe" else None
+                trials = optuna_search(
+                    search, axes, runner, budget, objective.valid, pruning, start=start
+                )
+            n_workers = runner.workers
     elapsed = time.monotonic() - started
     winner = best(trials)
     finalists = sorted(trials, key=rank_key, reverse=True)[:3]  # the winner first
-    with Runner(replace(objective, workload=second), n_workers) as recheck:
+    with make_runner(replace(objective, workload=second), n_workers, None, ray) as recheck:
         again = recheck.run([t.candidate for t in finalists])
     verdict = robustness(winner, finalists, again)
     print(frontier_table(pareto_front(trials), winner))
     print(
         f"\n{search}: {runner.evaluations} simulations of {len(candidates)} candidates "
-        f"in {elapsed:.1f} s on {n_workers} worker(s)"
+        f"in {elapsed:.1f} s on {n_workers} {'Ray task slot' if ray else 'worker'}(s)"
     )
     print(f"chosen: {describe(winner.candidate)}")
     if split(winner.candidate)[0]:
@@ -204,6 +248,29 @@ def tune(
             ) + "\n",
             encoding="utf-8",
         )  # fmt: skip
+
+
+def make_runner(
+    objective: EngineObjective | ScalingObjective,
+    workers: int,
+    progress: Any,
+    ray: str | None,
+) -> Runner | RayRunner:
+    """Local worker processes, or Ray tasks on the cluster at `ray`."""
+    if ray is None:
+        return Runner(objective, max(1, workers), progress)
+    from burstguard.tune.ray_runner import RayRunner
+
+    return RayRunner(objective, ray, workers, progress)
+
+
+def head(workload: Workload, share: float) -> Workload:
+    """The workload's first `share` of requests (at least one): a pruning slice."""
+    import numpy as np
+
+    from burstguard.workload.transform import take
+
+    return take(workload, np.arange(max(1, math.ceil(len(workload) * share))))
 
 
 def _workloads(

@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from burstguard.tune.objective import Trial
 from burstguard.tune.space import Candidate
@@ -48,6 +48,17 @@ def pareto_front(trials: Iterable[Trial]) -> list[Trial]:
 
 
 # -- running evaluations in worker processes ---------------------------------------------
+
+
+class TrialRunner(Protocol):
+    """What a search runs its candidates with: `Runner` (local processes) or
+    `tune.ray_runner.RayRunner` (Ray tasks); `workers`: how many run at once."""
+
+    workers: int
+    evaluations: int
+
+    def run(self, candidates: Sequence[Candidate]) -> list[Trial]: ...
+
 
 _worker_objective: Objective | None = None
 
@@ -103,7 +114,7 @@ class Runner:
 # -- strategies --------------------------------------------------------------------------
 
 
-def grid_search(candidates: Sequence[Candidate], runner: Runner) -> list[Trial]:
+def grid_search(candidates: Sequence[Candidate], runner: TrialRunner) -> list[Trial]:
     """Every candidate on the whole workload."""
     return runner.run(candidates)
 
@@ -111,7 +122,7 @@ def grid_search(candidates: Sequence[Candidate], runner: Runner) -> list[Trial]:
 def coordinate_descent(
     axes: Mapping[str, Sequence[Any]],
     start: Candidate,
-    runner: Runner,
+    runner: TrialRunner,
     valid: Callable[[Candidate], bool] = lambda _: True,
 ) -> list[Trial]:
     """Coordinate descent over `axes` from `start`; returns every trial it ran. Each

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from burstguard.core.engine.config import EngineConfig, EngineConfigError
 from burstguard.core.engine.kv_cache import BlockPool
-from burstguard.core.engine.perf_model import BatchShape
 from burstguard.core.engine.profile import Profile
 from burstguard.core.engine.request import EngineRequest, RequestStatus
 from burstguard.core.engine.scheduler import ScheduledBatch, Scheduler
@@ -220,7 +219,7 @@ class EngineCore:
         if max_steps is not None:
             limit = min(limit, max_steps)
         limit = min(limit, self._steps_with_free_blocks(limit))
-        step_time = self.profile.perf.step_time
+        step_time = self.profile.perf.decode_step_time  # step_time(BatchShape(0, s, c, c + s))
         seqs, context = len(running), sum(r.num_computed_tokens for r in running)
         ends: list[float] = []
         t, gone, j = now, 0, 0
@@ -229,7 +228,7 @@ class EngineCore:
                 context -= leaving[gone][1] + j
                 seqs -= 1
                 gone += 1
-            t += step_time(BatchShape(0, seqs, context, context + seqs))
+            t += step_time(seqs, context)
             ends.append(t)
             context += seqs
             j += 1
@@ -270,20 +269,26 @@ class EngineCore:
         k = len(ends)
         tokens: list[tuple[str, int, int]] = []
         finished: list[str] = []
-        for r in sched.running:
-            n = min(k, r.max_tokens - r.num_output_tokens)
-            if r.num_computed_tokens + n > r.num_blocks * pool.block_size:
+        bs, generated = pool.block_size, 0
+        for r in sched.running:  # (once per request and run: attributes read once)
+            out = r.num_output_tokens
+            n = r.max_tokens - out
+            if n > k:
+                n = k
+            if r.num_computed_tokens + n > r.num_blocks * bs:
                 ok = pool.allocate(r, n)
                 assert ok, "run_decodes checked the pool"
             r.num_computed_tokens += n
-            r.num_output_tokens += n
-            self._generation_tokens += n
-            tokens.append((r.id, n, r.num_output_tokens))
-            if r.num_output_tokens >= r.max_tokens:
+            out += n
+            r.num_output_tokens = out
+            generated += n
+            tokens.append((r.id, n, out))
+            if out >= r.max_tokens:
                 r.status = RequestStatus.FINISHED
                 pool.free(r)
                 del self.requests[r.id]
                 finished.append(r.id)
+        self._generation_tokens += generated
         if finished:
             sched.running = [r for r in sched.running if r.status is RequestStatus.RUNNING]
         return DecodeRun(ends=ends, tokens=tokens, finished=finished)

@@ -111,6 +111,10 @@ class KernelModel:
             + self.request_overhead_s * batch.prefill_seqs
         )
 
+    def decode_step_time(self, seqs: int, context_tokens: int) -> float:
+        """`step_time` of a pure decode step (the fast-forward's; `PerfModel`)."""
+        return self.step_time(BatchShape(0, seqs, context_tokens, context_tokens + seqs))
+
 
 def linear_ops(
     shape: ModelShape,

@@ -87,6 +87,18 @@ class BlockPool:
         """Reserves blocks so that `req` can hold its computed tokens (after crediting
         `hits`, cached prefix blocks it takes over) plus `num_new_tokens`. All or
         nothing: returns False and changes nothing when the pool is short."""
+        if not hits:  # the common case (a block boundary crossed): the same, fewer steps
+            need = -(-(req.num_computed_tokens + num_new_tokens) // self.block_size)
+            need -= req.num_blocks
+            if need <= 0:
+                return True
+            free = self._free_uncached
+            if need > free + len(self._evictable):
+                return False
+            if need <= free:
+                self._free_uncached = free - need
+                req.num_blocks += need
+                return True
         computed = req.num_computed_tokens + len(hits) * self.block_size
         need = self.blocks_for(computed + num_new_tokens) - req.num_blocks - len(hits)
         touched = sum(1 for h in hits if h in self._evictable)

@@ -43,6 +43,12 @@ class BatchShape:
 class PerfModel(Protocol):
     def step_time(self, batch: BatchShape) -> float: ...
 
+    def decode_step_time(self, seqs: int, context_tokens: int) -> float:
+        """`step_time` of a pure decode step of `seqs` requests over `context_tokens`
+        cached tokens, to the last bit, without building its shape (the simulator's
+        fast-forward asks it once per planned step)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class RooflineModel:
@@ -74,6 +80,15 @@ class RooflineModel:
             return 0.0
         return self.step_overhead_s + max(self.memory_time(batch), self.compute_time(batch))
 
+    def decode_step_time(self, seqs: int, context_tokens: int) -> float:
+        if seqs == 0:
+            return 0.0
+        kv_bytes = self.kv_bytes_per_token * (context_tokens + seqs)
+        memory = (self.weight_bytes + kv_bytes) / (self.mem_bandwidth_bytes_s * self.mem_efficiency)
+        flops = 2.0 * self.params * seqs + self.attention_flops_per_pair * (context_tokens + seqs)
+        compute = flops / (self.peak_flops * self.compute_efficiency)
+        return self.step_overhead_s + max(memory, compute)
+
 
 @dataclass(frozen=True, slots=True)
 class FittedModel:
@@ -94,4 +109,15 @@ class FittedModel:
             + self.c_decode_seq_s * batch.decode_seqs
             + self.c_context_token_s * batch.context_tokens
             + self.c_prefill_seq_s * batch.prefill_seqs
+        )
+
+    def decode_step_time(self, seqs: int, context_tokens: int) -> float:
+        if seqs == 0:
+            return 0.0
+        return (
+            self.c0_s
+            + self.c_prefill_token_s * 0
+            + self.c_decode_seq_s * seqs
+            + self.c_context_token_s * context_tokens
+            + self.c_prefill_seq_s * 0
         )

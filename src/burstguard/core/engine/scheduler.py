@@ -76,17 +76,21 @@ class Scheduler:
         bs = pool.block_size
         scheduled: dict[EngineRequest, int] = {}
         preempted: list[EngineRequest] = []
+        running = self.running
         i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
-            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+        while i < len(running) and budget > 0:  # (the hot loop: attributes read once)
+            req = running[i]
+            done = req.num_computed_tokens
+            num_new = req.prompt_tokens + req.num_output_tokens - done
+            if num_new > budget:
+                num_new = budget
             if num_new <= 0:
                 i += 1
                 continue
-            fits = req.num_computed_tokens + num_new <= req.num_blocks * bs
+            fits = done + num_new <= req.num_blocks * bs
             while not fits and not pool.allocate(req, num_new):
                 victim = self._victim()
-                victim_index = self.running.index(victim)
+                victim_index = running.index(victim)
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim in scheduled:
@@ -165,23 +169,27 @@ class Scheduler:
         finished: list[EngineRequest] = []
         pool = self.pool
         caching = pool.enable_prefix_caching
+        running_status = RequestStatus.RUNNING
         for req, num_new in batch.entries:
-            if req.status is not RequestStatus.RUNNING:
+            if req.status is not running_status:
                 continue  # aborted while the step ran
-            req.num_computed_tokens += num_new
+            computed = req.num_computed_tokens + num_new
+            req.num_computed_tokens = computed
             if caching:
                 pool.register_full_blocks(req)
-            if req.num_computed_tokens >= req.num_tokens:
-                req.num_output_tokens += 1
-                if req.num_output_tokens == 1:
+            out = req.num_output_tokens
+            if computed >= req.prompt_tokens + out:
+                out += 1
+                req.num_output_tokens = out
+                if out == 1:
                     self.prompt_tokens_total += req.prompt_tokens
-                tokens.append((req.id, req.num_output_tokens))
-                if req.num_output_tokens >= req.max_tokens:
+                tokens.append((req.id, out))
+                if out >= req.max_tokens:
                     req.status = RequestStatus.FINISHED
                     pool.free(req)
                     finished.append(req)
         if finished:
-            self.running = [r for r in self.running if r.status is RequestStatus.RUNNING]
+            self.running = [r for r in self.running if r.status is running_status]
         return tokens, finished
 
 
@@ -191,9 +199,9 @@ def _shape(scheduled: dict[EngineRequest, int], started: list[EngineRequest]) ->
     first = {id(r) for r in started}
     prefill = decode = context = pairs = prefill_seqs = 0
     for req, n in scheduled.items():
-        done = req.num_computed_tokens
+        done, out = req.num_computed_tokens, req.num_output_tokens
         context += done
-        if n == 1 and req.num_output_tokens and done == req.num_tokens - 1:
+        if n == 1 and out and done == req.prompt_tokens + out - 1:
             decode += 1
             pairs += done + 1
         else:

@@ -10,7 +10,7 @@ per-backend metrics. It reads no clock and does no I/O.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from burstguard.core.fleet.config import FleetConfig
@@ -239,6 +239,17 @@ class Fleet:
         owner of per-backend load, which the core's per-backend caps adapt from."""
         b = self._backends.get(url)
         return (0, 0) if b is None else (len(b.requests), b.tokens)
+
+    def update_caps(self, cap_of: Callable[[str, int, int], float]) -> None:
+        """Sets every backend's cap (in `backends` order) to `cap_of(url, requests, tokens
+        in flight)`: the core's cap update on every dispatch, without a lookup per call."""
+        backends = self._backends
+        for url in self._members.all:
+            b = backends.get(url)
+            if b is None:  # forgotten meanwhile: as `load` and `set_cap` have it
+                cap_of(url, 0, 0)
+            else:
+                b.cap = cap_of(url, len(b.requests), b.tokens)
 
     def has_room(self, now: float) -> bool:
         """Some routable backend is below its cap (else `route` would answer None): what

@@ -334,16 +334,17 @@ class GatewayCore:
     def _set_caps(self, now: float) -> None:
         """Each backend's cap for the router: its adaptive limit, or its current load while
         a refused shared lease holds it."""
-        fleet = self.fleet
-        states, held = self._backend_states, self._held
-        for url in fleet.backends:  # on every dispatch: lookups kept to the few needed
-            lim = self._backend_limits.get(url) or self._backend_limit(url, now)
-            requests, tokens = fleet.load(url)
+        states, held, limits = self._backend_states, self._held, self._backend_limits
+
+        def cap_of(url: str, requests: int, tokens: int) -> float:  # on every dispatch: lean
+            lim = limits.get(url) or self._backend_limit(url, now)
             lim.observe(now, states.get(url), requests, tokens)
             cap: float = max(1.0, lim.requests)
             if held and held.get(url, -math.inf) > now:
                 cap = min(cap, requests)
-            fleet.set_cap(url, cap)
+            return cap
+
+        self.fleet.update_caps(cap_of)
 
     @property
     def backend_states(self) -> dict[str, BackendState]:
@@ -1018,6 +1019,12 @@ class GatewayCore:
             self._rejections[reason] += 1
 
     # -- observability ----------------------------------------------------------------
+
+    @property
+    def holds_requests(self) -> bool:
+        """Some request is queued or in flight: `stats` says it too, but a simulator asks
+        on every tick, and `stats` copies every counter."""
+        return bool(self._in_flight) or self._queue.count > 0
 
     @property
     def stats(self) -> GatewayStats:

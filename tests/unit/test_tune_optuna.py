@@ -1,0 +1,45 @@
+"""`tune --search tpe|nsga2`: Optuna proposes the candidates, within the budget of
+simulations, repeats cost nothing, and the pruning slice stops hopeless candidates."""
+
+from __future__ import annotations
+
+from burstguard.tune.objective import Trial
+from burstguard.tune.search import Runner, best
+from burstguard.tune.space import Candidate
+from burstguard.tune.study import STARTUP_TRIALS, optuna_search
+
+AXES = {"a": (0, 1, 2, 3, 4, 5), "b": (0, 1, 2, 3, 4, 5)}
+
+
+def score(candidate: Candidate, requests: int = 100) -> Trial:
+    """Goodput peaks at a=4, b=1; cost grows with a (a frontier along it)."""
+    v = dict(candidate)
+    met = max(0, requests - 8 * abs(v["a"] - 4) - 15 * abs(v["b"] - 1))
+    return Trial(candidate, requests, met, 10.0 + v["a"])
+
+
+def test_tpe_finds_a_good_candidate_within_the_budget() -> None:
+    with Runner(score, workers=1) as runner:
+        trials = optuna_search("tpe", AXES, runner, budget=20, start=(("a", 0), ("b", 5)))
+    assert runner.evaluations == len(trials) <= 20
+    assert len({t.candidate for t in trials}) == len(trials)  # a repeat is not run again
+    top = best(trials)
+    assert top.met >= 85, top  # the grid's best is 100, its median ~55
+
+
+def test_nsga2_spends_its_budget_on_distinct_candidates() -> None:
+    with Runner(score, workers=1) as runner:
+        trials = optuna_search("nsga2", AXES, runner, budget=16)
+    assert runner.evaluations == len(trials) == 16
+    assert len({t.candidate for t in trials}) == 16
+
+
+def test_pruning_on_a_slice_saves_whole_runs() -> None:
+    def sliced(candidate: Candidate) -> Trial:
+        return score(candidate, requests=20)
+
+    with Runner(score, workers=1) as runner, Runner(sliced, workers=1) as part:
+        trials = optuna_search("tpe", AXES, runner, budget=12, slice_runner=part)
+    assert part.evaluations > runner.evaluations > STARTUP_TRIALS  # some stopped on the slice
+    assert runner.evaluations + 0.2 * part.evaluations <= 12 + 0.2 * 1 + 1e-9
+    assert runner.evaluations == len(trials)
