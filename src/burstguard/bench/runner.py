@@ -36,6 +36,7 @@ from burstguard.client.retry import RetryBudget, RetryPolicy, retry_headers
 from burstguard.clock import schedule_origin
 from burstguard.http.client import UpstreamPool
 from burstguard.scrape import MetricsPoller
+from burstguard.tokenizer import PromptPieces
 from burstguard.wire.outcomes import Outcome
 from burstguard.workload.cycle import BurstCycle, CycleSpec
 from burstguard.workload.sessions import Dependencies
@@ -79,7 +80,10 @@ class BenchConfig:
     """Unix time of the schedule's zero (None: as soon as the client is ready)."""
     shard: tuple[int, int] = (0, 1)
     """(K, N): this machine sends requests K, K + N, ... of the schedule (closed loop:
-    users); its workers split that share again."""
+    users; sessions: whole sessions); its workers split that share again."""
+    prompt_pieces: PromptPieces | None = None
+    """The words prompts are made of, sized in the served model's tokens where burstguard
+    has its tokenizer (`tokenizer.exact_pieces`); None: the estimate's."""
 
 
 def _us(seconds: float) -> float:
@@ -369,6 +373,8 @@ async def _run(
     the origin all workers share."""
     run = _Run(config, writer, reporter, shard)
     run.payload.prefix_block_tokens = workload.prefix_block_tokens
+    if config.prompt_pieces is not None:
+        run.payload.pieces = config.prompt_pieces.pieces
     run.payload.slo_ms = (config.slo.ttft_s * 1000, config.slo.tpot_s * 1000)
     cycle = BurstCycle(config.cycle) if config.cycle is not None else None
     run.cycle = cycle
