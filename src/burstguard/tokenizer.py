@@ -130,7 +130,6 @@ def exact_pieces(counter: PromptCounter) -> PromptPieces:
             return PromptPieces(pieces, counter.method, exact=True)
     return PromptPieces(
         FILLER_PIECES,
-        f"{ESTIMATED.method}: {counter.method} does not read burstguard's words as one "
-        "token each",
+        f"{ESTIMATED.method}: {counter.method} does not read burstguard's words as one token each",
         exact=False,
     )

@@ -31,9 +31,11 @@ def run(*args: str) -> None:
 def test_sessions_live_match_the_sim(tmp_path: Path) -> None:
     workload = tmp_path / "sessions.jsonl"
     run("generate", "poisson", *SESSIONS, "--out", str(workload))
-    with start_emulator(tmp_path, "--enable-prefix-caching", profile=PROFILE, speedup=SPEEDUP) as proc:
+    emulator = start_emulator(tmp_path, "--enable-prefix-caching", profile=PROFILE, speedup=SPEEDUP)
+    with emulator:
+        url = emulator.base_url  # type: ignore[attr-defined]
         out = tmp_path / "live"
-        run("bench", "--quiet", "--target", proc.base_url, "--workload", str(workload),  # type: ignore[attr-defined]
+        run("bench", "--quiet", "--target", url, "--workload", str(workload),
             "--speedup", str(SPEEDUP), "--scrape-metrics", "--out", str(out))  # fmt: skip
     live = json.loads((out / "summary.json").read_text())
     sim_json = tmp_path / "sim.json"

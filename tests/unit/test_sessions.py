@@ -4,6 +4,7 @@ its predecessor has answered plus its think time; a step waits for all its calls
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +51,7 @@ def test_a_turn_is_the_previous_prompt_plus_its_answer_plus_new_text() -> None:
     renderer = PromptRenderer()
     for turns in sessions.values():
         turns.sort(key=lambda s: s.turn or 0)
-        for prev, turn in zip(turns, turns[1:], strict=False):
+        for prev, turn in itertools.pairwise(turns):
             assert turn.after == (prev.id,) and 0.5 <= turn.think_s <= 1.5
             new = turn.prompt_tokens - prev.prompt_tokens - prev.max_tokens
             assert 40 <= new <= 120  # a --prompt-tokens draw of user text

@@ -112,9 +112,7 @@ class Workload:
             session=np.array([s.session for s in specs], dtype=object) if has_session else None,
             turn=np.array([s.turn or 0 for s in specs], dtype=np.int64) if has_session else None,
             after=[s.after for s in specs] if has_session else None,
-            think_s=np.array([s.think_s for s in specs], dtype=np.float64)
-            if has_session
-            else None,
+            think_s=np.array([s.think_s for s in specs], dtype=np.float64) if has_session else None,
         )
 
 
