@@ -14,6 +14,8 @@ from pathlib import Path
 from tests.conftest import BURSTGUARD, start_emulator
 
 from burstguard.bench.records import read_records
+from burstguard.paths import MODEL_NAME
+from burstguard.tokenizer import reference_tokenizer_file
 from burstguard.workload.traces import load_workload
 
 PROFILE = "smollm2-135m-cpu"  # steps of ~64 ms: the host's own latency is small beside them
@@ -31,7 +33,10 @@ def run(*args: str) -> None:
 def test_sessions_live_match_the_sim(tmp_path: Path) -> None:
     workload = tmp_path / "sessions.jsonl"
     run("generate", "poisson", *SESSIONS, "--out", str(workload))
-    emulator = start_emulator(tmp_path, "--enable-prefix-caching", profile=PROFILE, speedup=SPEEDUP)
+    emulator = start_emulator(  # served as vLLM serves the reference model
+        tmp_path, "--enable-prefix-caching", "--served-model-name", MODEL_NAME,
+        profile=PROFILE, speedup=SPEEDUP,
+    )  # fmt: skip
     with emulator:
         url = emulator.base_url  # type: ignore[attr-defined]
         out = tmp_path / "live"
@@ -43,6 +48,9 @@ def test_sessions_live_match_the_sim(tmp_path: Path) -> None:
         "--json", str(sim_json))  # fmt: skip
     sim = json.loads(sim_json.read_text())
 
+    # the served model is SmolLM2: bench sizes the prompts' words by its tokenizer, where
+    # installed (the emulator counts with it too); the estimate's words are one token each
+    assert live["prompt_text"]["exact"] == (reference_tokenizer_file() is not None)
     specs = {s.id: s for s in load_workload(workload).specs()}
     records = {r.id: r for r in read_records(out / "records.jsonl")}
     assert len(records) == len(specs) == live["completed"]
