@@ -113,8 +113,8 @@ def generate(
     what = f"{len(workload)} requests"
     if "sessions" in workload.meta:
         kind = "agent runs" if workload.meta["session_kind"] == "agent" else "conversations"
-        what += f" ({workload.meta['sessions']} {kind})"
-    print(f"wrote {what} starting over {pattern_spec.duration_s:g} s to {out}")
+        what += f" ({workload.meta['sessions']} {kind} starting)"
+    print(f"wrote {what} over {pattern_spec.duration_s:g} s to {out}")
 
 
 def register(app: typer.Typer) -> None:
