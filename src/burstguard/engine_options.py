@@ -112,11 +112,18 @@ def _option_params() -> list[inspect.Parameter]:
             help="reuse cached KV blocks of shared prompt prefixes",
         ),
         opt(
+            "block_size",
+            int,
+            defaults.block_size,
+            "--block-size",
+            help="tokens per KV block, the prefix cache's unit (vLLM's CPU backend: 128)",
+        ),
+        opt(
             "num_gpu_blocks_override",
             int | None,
             None,
             "--num-gpu-blocks-override",
-            help="KV cache blocks (16 tokens each), whatever the profile's memory allows",
+            help="KV cache blocks (--block-size tokens each), whatever the profile's memory allows",
         ),
     ]
 

@@ -93,3 +93,43 @@ class ModelCounters:
         if self.auto and self.fixed is not ESTIMATED:
             return f"{self.fixed.method} for {self.reference}, else the {ESTIMATED.method}"
         return self.fixed.method
+
+
+@dataclass(frozen=True)
+class PromptPieces:
+    """The words bench builds prompts of (`workload.prompts`), and how they are sized:
+    `exact` when each is one token of the served model's own tokenizer (`method`), so a
+    prefix block renders to exactly B of its tokens; else sized by the estimate."""
+
+    pieces: tuple[str, ...]
+    method: str
+    exact: bool
+
+    def describe(self) -> dict[str, object]:
+        """The summary's `prompt_text`."""
+        return {"tokens": self.method, "exact": self.exact}
+
+
+MIN_PIECES = 8
+
+
+def exact_pieces(counter: PromptCounter) -> PromptPieces:
+    """The filler words (`wire.tokens.FILLER_PIECES`) that `counter`'s tokenizer reads as
+    one token each, checked on rendered blocks (no merges across words); the estimate's
+    words, sized by the estimate, when the counter is the estimate or fewer than
+    MIN_PIECES qualify. SmolLM2's tokenizer takes all 32."""
+    from burstguard.wire.prefix import block_text, id_text
+    from burstguard.wire.tokens import FILLER_PIECES
+
+    if counter is ESTIMATED:
+        return PromptPieces(FILLER_PIECES, ESTIMATED.method, exact=False)
+    pieces = tuple(p for p in FILLER_PIECES if counter.count(p) == 1)
+    if len(pieces) >= MIN_PIECES:
+        sample = "".join(block_text(h, 256, pieces) for h in range(4)) + id_text("r0", pieces)
+        if counter.count(sample) == 4 * 256 + len(id_text("r0", pieces)) // 4:
+            return PromptPieces(pieces, counter.method, exact=True)
+    return PromptPieces(
+        FILLER_PIECES,
+        f"{ESTIMATED.method}: {counter.method} does not read burstguard's words as one token each",
+        exact=False,
+    )

@@ -135,3 +135,45 @@ def test_labels_and_slo_travel_as_the_gateway_and_its_peers_read_them() -> None:
     assert (headers["x-slo-ttft-ms"], headers["x-slo-tpot-ms"]) == ("500", "50")
     _, _, plain = PayloadBuilder(model="m").encode(RequestSpec("q", 0.0, 64, 8), 0)
     assert not {k for k in plain if k.startswith(("x-slo", "x-llm-d"))}
+
+
+def test_prompts_are_token_exact_under_a_tokenizer_that_reads_each_word_as_one_token() -> None:
+    """`exact_pieces` keeps the words a tokenizer reads as one token each; prompts made of
+    them count as requested under it, block for block. A tokenizer that splits every
+    word leaves the estimate's words, and says so."""
+    from burstguard.tokenizer import ESTIMATED, PromptCounter, exact_pieces
+    from burstguard.wire.prefix import block_text
+    from burstguard.wire.tokens import FILLER_PIECES
+
+    long = {" the", " and", " for", " you"}  # a toy vocabulary: these are two tokens
+    toy = PromptCounter(
+        lambda text: sum(2 if " " + w in long else 1 for w in text.split(" ")[1:]), "toy"
+    )
+    chosen = exact_pieces(toy)
+    assert chosen.exact and set(chosen.pieces) == set(FILLER_PIECES) - long
+    renderer = PromptRenderer(prefix_block_tokens=16, pieces=chosen.pieces)
+    text = renderer.text(spec("r7", (1, 2, 3)), 100)
+    assert toy.count(text) == count_tokens(text) == 100
+    assert all(toy.count(block_text(h, 16, chosen.pieces)) == 16 for h in (1, 2, 3))
+    split = PromptCounter(lambda text: 2 * count_tokens(text), "splitter")
+    fallback = exact_pieces(split)
+    assert not fallback.exact and fallback.pieces == FILLER_PIECES
+    assert "splitter" in fallback.method and "estimate" in fallback.method
+    assert exact_pieces(ESTIMATED).describe() == {"tokens": ESTIMATED.method, "exact": False}
+
+
+def test_smollm2_reads_the_prompt_words_as_one_token_each() -> None:
+    """The reference model's tokenizer (where `make vllm-cpu` installed it) takes all the
+    words: a session turn's text is exactly its tokens under it."""
+    import pytest
+
+    from burstguard.tokenizer import exact_pieces, load_tokenizer, reference_tokenizer_file
+
+    path = reference_tokenizer_file()
+    if path is None:
+        pytest.skip("SmolLM2's tokenizer is not installed (make vllm-cpu)")
+    counter = load_tokenizer(path)
+    chosen = exact_pieces(counter)
+    assert chosen.exact and len(chosen.pieces) == 32
+    text = PromptRenderer(16, chosen.pieces).text(spec("s3-t2", tuple(range(20)), 700), 700)
+    assert counter.count(text) == 700

@@ -77,6 +77,14 @@ def bench(
     prompt_file: Annotated[
         Path | None, _opt("--prompt-file", help="Prompts: text lines or JSONL `prompt`")
     ] = None,
+    tokenizer: Annotated[
+        str,
+        _opt(
+            "--tokenizer",
+            help="Size prompt blocks in the served model's tokens: auto (its own tokenizer "
+            "if installed), estimate, or a tokenizer.json",
+        ),
+    ] = "auto",
     speedup: Annotated[
         float, _opt("--speedup", help="Target runs X times real time (emulator --speedup)")
     ] = 1.0,
@@ -281,6 +289,9 @@ def bench(
         from burstguard.bench.payload import load_prompt_file
 
         prompts = load_prompt_file(prompt_file)
+    from burstguard.tokenizer import exact_pieces, prompt_counter
+
+    pieces = None if prompts is not None else exact_pieces(prompt_counter(tokenizer, served))
     config = BenchConfig(
         target=base, model=served, out_dir=out, api=api,  # type: ignore[arg-type]
         stream=stream, ignore_eos=ignore_eos, send_priority=send_priority, prompts=prompts,
@@ -290,7 +301,7 @@ def bench(
         duration_s=None if workload_file else shape_spec.duration_s,  # a trace runs to its end
         scrape_url=metrics_url or (f"{base}/metrics" if scrape_metrics else None),
         slo=slo_target, seed=shape_spec.seed, cycle=_cycle(shape_spec) if burst_cycle else None,
-        workers=workers, start_at=start_at, shard=machine_shard,
+        workers=workers, start_at=start_at, shard=machine_shard, prompt_pieces=pieces,
     )  # fmt: skip
     if sweep_plan is not None:
         _sweep(config, sweep_plan, shape_spec, report, quiet)

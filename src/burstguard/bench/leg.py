@@ -63,6 +63,8 @@ def summarize_leg(
         "interrupted": interrupted,
         "workload": {"source": workload.source, **{k: v for k, v in workload.meta.items()}},
     }
+    if config.prompt_pieces is not None:
+        extra["prompt_text"] = config.prompt_pieces.describe()
     if cycle_log is not None:
         extra["cycle"] = cycle_log
     if poller is not None:

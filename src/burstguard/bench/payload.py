@@ -23,6 +23,7 @@ from typing import Any, Literal
 from burstguard.errors import FileError
 from burstguard.wire import headers as wire_headers
 from burstguard.wire.prefix import BLOCK_TOKENS
+from burstguard.wire.tokens import FILLER_PIECES
 from burstguard.workload.prompts import PromptRenderer, chat_content_tokens
 from burstguard.workload.spec import RequestSpec, priority_of
 
@@ -70,13 +71,14 @@ class PayloadBuilder:
     prompts: list[str] | None = None
     prefix_block_tokens: int = BLOCK_TOKENS
     slo_ms: tuple[float, float] | None = None  # (TTFT, TPOT) sent as x-slo-*-ms headers
+    pieces: tuple[str, ...] = FILLER_PIECES  # one-token words (`tokenizer.exact_pieces`)
     _renderer: PromptRenderer | None = None
 
     def _text(self, spec: RequestSpec, index: int, tokens: int) -> str:
         if self.prompts:
             return self.prompts[index % len(self.prompts)]
         if self._renderer is None:
-            self._renderer = PromptRenderer(self.prefix_block_tokens)
+            self._renderer = PromptRenderer(self.prefix_block_tokens, self.pieces)
         return self._renderer.text(spec, tokens)
 
     def body(self, spec: RequestSpec, index: int) -> dict[str, Any]:

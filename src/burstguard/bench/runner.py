@@ -34,10 +34,12 @@ from burstguard.client.retry import RetryBudget, RetryPolicy, retry_headers
 from burstguard.clock import schedule_origin
 from burstguard.http.client import UpstreamPool
 from burstguard.scrape import MetricsPoller
+from burstguard.tokenizer import PromptPieces
 from burstguard.wire.outcomes import Outcome
 from burstguard.wire.records import RecordWriter, RequestRecord
 from burstguard.wire.summary import Slo
 from burstguard.workload.cycle import BurstCycle, CycleSpec
+from burstguard.workload.sessions import Dependencies
 from burstguard.workload.spec import RequestSpec, Workload
 
 SLEEP_SLICE_S = 0.25
@@ -78,7 +80,10 @@ class BenchConfig:
     """Unix time of the schedule's zero (None: as soon as the client is ready)."""
     shard: tuple[int, int] = (0, 1)
     """(K, N): this machine sends requests K, K + N, ... of the schedule (closed loop:
-    users); its workers split that share again."""
+    users; sessions: whole sessions); its workers split that share again."""
+    prompt_pieces: PromptPieces | None = None
+    """The words prompts are made of, sized in the served model's tokens where burstguard
+    has its tokenizer (`tokenizer.exact_pieces`); None: the estimate's."""
 
 
 def _us(seconds: float) -> float:
@@ -138,6 +143,8 @@ class _Run:
         self.origin = 0.0
         self.client: UpstreamPool | None = None
         self.cycle: BurstCycle | None = None
+        self.deps: Dependencies | None = None  # open loop over sessions
+        self.workload: Workload | None = None
 
     # --- time -------------------------------------------------------------------------
     def target_s(self, wall: float) -> float:
@@ -203,6 +210,22 @@ class _Run:
             if record.sent_s is None and first is None and record.error is None:
                 record.error = Outcome.CANCELLED
             self._finish(record)
+            if self.deps is not None and record.error != Outcome.CANCELLED:
+                self._release(index)
+
+    def _release(self, index: int) -> None:
+        """Request `index` of a session workload ended: send what waited for it, at its
+        time (`Dependencies.ended`: think time after the last predecessor's end)."""
+        assert self.deps is not None and self.workload is not None
+        if self.stop.is_set():
+            return
+        for j, at in self.deps.ended(index, self.target_s(time.monotonic())):
+            self.spawn_user(self._later(self.workload.spec(j), j, at))
+
+    async def _later(self, spec: RequestSpec, index: int, at: float) -> None:
+        await self.sleep_until(self.origin + at / self.config.speedup)
+        if not self.stop.is_set():
+            await self.request(spec, index, at)
 
     def _fill(self, record: RequestRecord, attempt: stream.Attempt, first: float) -> None:
         k = self.config.speedup
@@ -236,10 +259,16 @@ class _Run:
 
     # --- loops ------------------------------------------------------------------------
     async def open_loop(self, workload: Workload, end_s: float | None) -> None:
+        """Each request at its arrival; in a session workload only the sessions' first
+        requests (those of this shard's sessions), the rest as their predecessors end,
+        until every session is done."""
         k = self.config.speedup
         arrivals = workload.arrival_s
         k0, step = self.shard
-        for i in range(k0, len(workload), step):
+        self.deps = Dependencies.of(workload)
+        self.workload = workload
+        order = range(k0, len(workload), step) if self.deps is None else self.deps.mine(self.shard)
+        for i in order:
             at = float(arrivals[i])
             if end_s is not None and at > end_s:
                 break
@@ -247,6 +276,8 @@ class _Run:
             if self.stop.is_set():
                 break
             self.spawn(workload.spec(i), i, at)
+        while self.deps is not None and self.tasks and not self.stop.is_set():
+            await asyncio.sleep(0.05)  # sessions go on past the last first turn
 
     async def closed_loop(self, workload: Workload, users: int, duration_s: float) -> None:
         k = self.config.speedup
@@ -342,6 +373,8 @@ async def _run(
     the origin all workers share."""
     run = _Run(config, writer, reporter, shard)
     run.payload.prefix_block_tokens = workload.prefix_block_tokens
+    if config.prompt_pieces is not None:
+        run.payload.pieces = config.prompt_pieces.pieces
     run.payload.slo_ms = (config.slo.ttft_s * 1000, config.slo.tpot_s * 1000)
     cycle = BurstCycle(config.cycle) if config.cycle is not None else None
     run.cycle = cycle

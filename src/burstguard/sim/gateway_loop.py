@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -94,6 +94,7 @@ from burstguard.wire.prefix import block_hashes, chat_text
 from burstguard.wire.records import RequestRecord
 from burstguard.wire.tokens import CHARS_PER_TOKEN
 from burstguard.workload.prompts import PromptRenderer, chat_content_tokens
+from burstguard.workload.sessions import Dependencies
 from burstguard.workload.spec import RequestSpec, Workload
 
 __all__ = ["GatewaySimResult", "gateway_summary", "simulate_gateway"]
@@ -208,6 +209,10 @@ class _GatewaySim:
         self.arrivals = 0
         self.quota_refused: dict[str, list[int]] = {}  # tenant -> [requests, tokens]
         self.work = WorkCounts()  # token counters, as the live gateway's /metrics
+        # a session workload: requests that wait for others are sent as those end
+        self.deps = Dependencies.of(workload)
+        self.index = {workload.request_id(i): i for i in range(len(workload))} if self.deps else {}
+        self.ended: set[str] = set()
         self.scaler = (
             None
             if scaling is None
@@ -219,12 +224,15 @@ class _GatewaySim:
 
     def arrive(self, i: int, now: float) -> None:
         spec = self.workload.spec(i)
+        if spec.after:  # released by its predecessors: scheduled when sent
+            spec = replace(spec, arrival_s=now)
         try:  # bench sends the class as the class header: the live gateway's rule
             cls = self.classifier.classify(named=spec.priority_class)
             tenant = self.classifier.tenant(named=spec.tenant)
         except BadRequest:  # the live gateway's 400, as bench records it
             rec = self.book.open(spec, served_prompt(spec, self.profile))
             self._answered(rec, now, 400, "http_400")
+            self._release(spec.id, now)
             self.refused += 1
             return
         self.arrivals += 1
@@ -251,6 +259,15 @@ class _GatewaySim:
     def _answered(rec: RequestRecord, now: float, status: int, error: str) -> None:
         rec.status, rec.error = status, error
         rec.e2e_s = now - rec.scheduled_s  # when the answer reached the client
+
+    def _release(self, rid: str, now: float) -> None:
+        """`rid` ended (answered, refused, abandoned): send what waited for it
+        (`Dependencies.ended`), once per request."""
+        if self.deps is None or rid in self.ended:
+            return
+        self.ended.add(rid)
+        for j, at in self.deps.ended(self.index[rid], now):
+            self.heap.at(at, ARRIVAL, partial(self.arrive, j))
 
     # -- the gateway: events in, effects carried out -----------------------------------
 
@@ -279,6 +296,7 @@ class _GatewaySim:
                 refused = self.quota_refused.setdefault(tenant, [0, 0])
                 refused[0] += 1
                 refused[1] += req.prompt_tokens + (req.max_tokens or 0)
+            self._release(rid, now)
         elif isinstance(effect, Preempt):
             self.replicas.engine(self.where[rid]).abort(rid, now)
             self.book.resumed_at[rid] = self.book.produced.get(rid, 0)
@@ -298,6 +316,7 @@ class _GatewaySim:
             else:
                 status = self.failures.get(rid, Failure.RESET).status
                 self._answered(rec, now, status, f"http_{status}")
+            self._release(rid, now)
         else:
             self.release(effect, rec, now)
 
@@ -327,6 +346,7 @@ class _GatewaySim:
             self._answered(rec, now, 400, "http_400")
             self.work.refused(rec.prompt_tokens or 0)
             self.event(Fail(rid), now)
+            self._release(rid, now)
             return
         if health is Health.STALLED:  # sent; no answer will come
             self.hang(rid, effect.backend, engine, now)
@@ -481,13 +501,14 @@ class _GatewaySim:
         produced = self.book.produced.get(rid, 0)
         self.work.completed(self.book.records[rid].prompt_tokens or 0, produced)
         self.event(Finish(rid, produced), now)
+        self._release(rid, now)
 
     # -- the run -----------------------------------------------------------------------
 
     def run(self, progress: Callable[[float], None] | None = None) -> GatewaySimResult:
         arrivals = self.workload.arrival_s.tolist()
-        for i, t in enumerate(arrivals):
-            self.heap.at(t, ARRIVAL, partial(self.arrive, i))
+        for i in range(len(arrivals)) if self.deps is None else self.deps.roots:
+            self.heap.at(arrivals[i], ARRIVAL, partial(self.arrive, i))
         end = self.heap.run(progress)
         n = len(arrivals)
         records = [self.book.records[self.workload.request_id(k)] for k in range(n)]

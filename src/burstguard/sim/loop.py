@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -23,6 +23,7 @@ from burstguard.sim.heap import EventHeap
 from burstguard.sim.replicas import CLOSED, DIRECT, ReplicaSet
 from burstguard.sim.series import SeriesRecorder
 from burstguard.wire.records import RequestRecord
+from burstguard.workload.sessions import Dependencies
 from burstguard.workload.spec import RequestSpec, Workload, priority_of
 
 
@@ -264,7 +265,32 @@ def simulate(
     """Runs every request of `workload` to completion (or rejection) in virtual time.
     `fast_forward` applies runs of pure decode steps at once (`sim.replicas`); the
     results are the same, only computed faster. `progress(virtual now)` is called now and
-    then (`EventHeap.run`)."""
-    sim = DirectSim(config, profile, workload.prefix_block_tokens, fast_forward)
-    sim.send([workload.spec(i) for i in range(len(workload))])
+    then (`EventHeap.run`). A session workload (`workload.sessions`) sends each request
+    that waits for others when they have ended (plus its think time), as bench does."""
+    deps = Dependencies.of(workload)
+    if deps is None:
+        sim = DirectSim(config, profile, workload.prefix_block_tokens, fast_forward)
+        sim.send([workload.spec(i) for i in range(len(workload))])
+        return sim.run(progress)
+    sessions = SessionClient(workload, deps)
+    sim = DirectSim(config, profile, workload.prefix_block_tokens, fast_forward, sessions.ended)
+    sim.send(sessions.start())
     return sim.run(progress)
+
+
+class SessionClient:
+    """The clients of a session workload in virtual time: the sessions' first requests at
+    their arrivals, each other request once `Dependencies` releases it, with `arrival_s`
+    (its record's scheduled time) the moment it is sent."""
+
+    def __init__(self, workload: Workload, deps: Dependencies) -> None:
+        self.workload = workload
+        self.deps = deps
+        self.index = {workload.request_id(i): i for i in range(len(workload))}
+
+    def start(self) -> list[RequestSpec]:
+        return [self.workload.spec(i) for i in self.deps.roots]
+
+    def ended(self, request_id: str, now: float) -> list[RequestSpec]:
+        released = self.deps.ended(self.index[request_id], now)
+        return [replace(self.workload.spec(j), arrival_s=at) for j, at in released]

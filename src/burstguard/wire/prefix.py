@@ -53,19 +53,40 @@ def chat_text(messages: Iterable[tuple[str, str]]) -> str:
 
 
 @lru_cache(maxsize=8192)
-def block_text(block_hash: int, tokens: int) -> str:
+def block_text(block_hash: int, tokens: int, pieces: tuple[str, ...] = FILLER_PIECES) -> str:
     """The text a workload's block hash stands for: `tokens` filler tokens drawn from the
-    hash, so equal hashes give equal text and different ones differ (2^-5 per token)."""
-    pieces = len(FILLER_PIECES)
+    hash, so equal hashes give equal text and different ones differ (2^-5 per token).
+    `pieces`: 4-character words that are one token each (`tokenizer.exact_pieces`)."""
     draw = hashlib.shake_256(str(block_hash).encode()).digest(tokens)
-    return "".join(FILLER_PIECES[b % pieces] for b in draw)
+    return "".join(pieces[b % len(pieces)] for b in draw)
 
 
-def render_blocks(hashes: Sequence[int], block_tokens: int, max_chars: int | None = None) -> str:
+def render_blocks(
+    hashes: Sequence[int],
+    block_tokens: int,
+    max_chars: int | None = None,
+    pieces: tuple[str, ...] = FILLER_PIECES,
+) -> str:
     """The text of a run of workload blocks (`block_tokens` tokens each), cut at
     `max_chars` characters; only the blocks needed are rendered."""
     width = block_tokens * CHARS_PER_TOKEN
     if max_chars is not None:
         hashes = hashes[: -(-max_chars // width)]
-    text = "".join(block_text(h, block_tokens) for h in hashes)
+    text = "".join(block_text(h, block_tokens, pieces) for h in hashes)
     return text if max_chars is None else text[:max_chars]
+
+
+ID_TOKENS = 13
+"""Tokens of a request's id tag: 13 base-32 digits hold its 64-bit hash."""
+
+
+def id_text(request_id: str, pieces: tuple[str, ...] = FILLER_PIECES) -> str:
+    """A request's id as `ID_TOKENS` filler words (its hash in base len(pieces)): unique
+    text, so no engine serves it from another request's cache, and as many tokens under a
+    model's tokenizer as under the estimate (`[r12]` is 2 estimated tokens, 5 real)."""
+    value, n = h64(request_id.encode()), len(pieces)
+    out = []
+    for _ in range(ID_TOKENS):
+        value, digit = divmod(value, n)
+        out.append(pieces[digit])
+    return "".join(out)

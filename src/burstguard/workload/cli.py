@@ -110,7 +110,11 @@ def generate(
 
     workload = synthesize(pattern_spec)
     write_workload(out, workload)
-    print(f"wrote {len(workload)} requests over {pattern_spec.duration_s:g} s to {out}")
+    what = f"{len(workload)} requests"
+    if "sessions" in workload.meta:
+        kind = "agent runs" if workload.meta["session_kind"] == "agent" else "conversations"
+        what += f" ({workload.meta['sessions']} {kind} starting)"
+    print(f"wrote {what} over {pattern_spec.duration_s:g} s to {out}")
 
 
 def register(app: typer.Typer) -> None:

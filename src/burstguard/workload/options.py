@@ -18,6 +18,7 @@ import typer
 
 from burstguard.errors import ConfigError
 from burstguard.workload import seed
+from burstguard.workload.sessions import SessionShape
 from burstguard.workload.shapes import parse_key_values
 from burstguard.workload.synth import PATTERNS, PatternSpec
 
@@ -116,6 +117,29 @@ def _params(positional: bool) -> list[inspect.Parameter]:
             "TOKENS of prefix each request shares with its group (added to its prompt)",
         ),
         opt("wl_prefix_groups", int, 1, "--prefix-groups", "with --shared-prefix: N groups"),
+        opt(
+            "wl_sessions",
+            int | None,
+            None,
+            "--sessions",
+            "conversations: each arrival starts one (at most N); see --turns, --think",
+        ),
+        opt("wl_turns", str | None, None, "--turns", "turns per conversation, A-B (default 3)"),
+        opt(
+            "wl_think",
+            str,
+            "0",
+            "--think",
+            "seconds between an answer and the next turn or agent step, S or A-B",
+        ),
+        opt(
+            "wl_fan_out",
+            int | None,
+            None,
+            "--fan-out",
+            "agent runs: each arrival starts one whose steps fire K parallel calls",
+        ),
+        opt("wl_steps", str, "2", "--steps", "with --fan-out: steps per agent run, A-B"),
     ]
 
 
@@ -141,7 +165,34 @@ def spec_from_values(values: dict[str, Any]) -> PatternSpec | None:
         classes=values["classes"], tenants=values["tenants"],
         class_output_tokens=_class_specs(values["class_output_tokens"]),
         shared_prefix_tokens=values["shared_prefix"], prefix_groups=values["prefix_groups"],
+        sessions=_sessions(values),
     )  # fmt: skip
+
+
+def _sessions(values: dict[str, Any]) -> SessionShape | None:
+    """`--sessions/--turns/--think` or `--fan-out/--steps`; None when none is given."""
+    conversation = values["sessions"] is not None or values["turns"] is not None
+    agent = values["fan_out"] is not None
+    if not (conversation or agent):
+        return None
+    if agent and values["turns"] is not None:
+        raise ConfigError("--turns is for conversations, --fan-out/--steps for agent runs")
+    if agent and values["fan_out"] < 1:
+        raise ConfigError(f"--fan-out must be >= 1 (got {values['fan_out']})")
+    low, sep, high = values["think"].partition("-")
+    try:
+        think = (float(low), float(high if sep else low))
+    except ValueError:
+        raise ConfigError(f"--think {values['think']!r}: expected S or A-B seconds") from None
+    shape = SessionShape(
+        sessions=values["sessions"],
+        turns=_range(values["turns"] or "3", int, "--turns"),
+        think_s=think,
+        fan_out=values["fan_out"] or 0,
+        steps=_range(values["steps"], int, "--steps"),
+    )
+    shape.check()
+    return shape
 
 
 def _class_specs(items: list[str] | None) -> tuple[tuple[str, str], ...]:

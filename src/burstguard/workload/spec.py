@@ -26,6 +26,10 @@ class RequestSpec:
     tenant: str | None = None
     prefix_hashes: tuple[int, ...] = ()
     failed: bool = False  # the trace recorded this request as failed (BurstGPT "Log Type")
+    session: str | None = None  # the conversation or agent run it belongs to
+    turn: int | None = None  # its turn in the session (an agent's step)
+    after: tuple[str, ...] = ()  # ids it waits for: sent once all have answered...
+    think_s: float = 0.0  # ...plus this think time, and not before `arrival_s`
 
 
 @dataclass
@@ -46,6 +50,12 @@ class Workload:
     ids: np.ndarray | None = None
     source: str = ""
     meta: dict[str, object] = field(default_factory=dict)
+    session: np.ndarray | None = None
+    turn: np.ndarray | None = None
+    after: Sequence[tuple[str, ...]] | None = None
+    think_s: np.ndarray | None = None
+    """Sessions (`workload.sessions`): a request with `after` is sent `think_s` after the
+    last of those requests answered, and not before its `arrival_s` (a lower bound)."""
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -70,6 +80,10 @@ class Workload:
             tenant=None if self.tenant is None else self.tenant[i],
             prefix_hashes=() if self.prefix_hashes is None else tuple(self.prefix_hashes[i]),
             failed=False if self.failed is None else bool(self.failed[i]),
+            session=None if self.session is None else self.session[i],
+            turn=None if self.turn is None else int(self.turn[i]),
+            after=() if self.after is None else tuple(self.after[i]),
+            think_s=0.0 if self.think_s is None else float(self.think_s[i]),
         )
 
     def specs(self) -> Iterator[RequestSpec]:
@@ -82,6 +96,7 @@ class Workload:
         has_class = any(s.priority_class is not None for s in specs)
         has_tenant = any(s.tenant is not None for s in specs)
         has_prefix = any(s.prefix_hashes for s in specs)
+        has_session = any(s.session is not None or s.after for s in specs)
         return cls(
             arrival_s=np.array([s.arrival_s for s in specs], dtype=np.float64),
             prompt_tokens=np.array([s.prompt_tokens for s in specs], dtype=np.int64),
@@ -94,6 +109,10 @@ class Workload:
             failed=np.array([s.failed for s in specs], dtype=bool),
             ids=np.array([s.id for s in specs], dtype=object),
             source=source,
+            session=np.array([s.session for s in specs], dtype=object) if has_session else None,
+            turn=np.array([s.turn or 0 for s in specs], dtype=np.int64) if has_session else None,
+            after=[s.after for s in specs] if has_session else None,
+            think_s=np.array([s.think_s for s in specs], dtype=np.float64) if has_session else None,
         )
 
 

@@ -11,6 +11,7 @@ from burstguard.errors import ConfigError
 from burstguard.wire.prefix import BLOCK_TOKENS, h64
 from burstguard.workload import arrivals
 from burstguard.workload.seed import BURST_SIZE, IDLE_S
+from burstguard.workload.sessions import SessionShape, synthesize_sessions
 from burstguard.workload.shapes import parse_mix, sample_labels, sample_lengths
 from burstguard.workload.spec import Workload
 
@@ -52,6 +53,8 @@ class PatternSpec:
     class_output_tokens: tuple[tuple[str, str], ...] = ()
     shared_prefix_tokens: int = 0
     prefix_groups: int = 1
+    sessions: SessionShape | None = None
+    """Each arrival starts a conversation or an agent run (`workload.sessions`)."""
 
 
 def mean_rate(spec: PatternSpec) -> float:
@@ -141,6 +144,12 @@ def synthesize(spec: PatternSpec) -> Workload:
             times = _arrivals(spec, rng, 1.0)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if spec.sessions is not None:
+
+        def outputs_for(out: np.ndarray, labels: np.ndarray | None) -> np.ndarray:
+            return _class_outputs(spec, out, labels, rng) if spec.class_output_tokens else out
+
+        return synthesize_sessions(spec, times, rng, outputs_for)
     n = times.size
     prompt = sample_lengths(spec.prompt_tokens, n, rng)
     output = sample_lengths(spec.output_tokens, n, rng)
@@ -209,4 +218,5 @@ def shape_pool(spec: PatternSpec) -> Workload:
     """Request shapes (lengths, classes, tenants) for closed-loop loads, which take them in
     turn: the spec's mixes drawn for a pool sized to the run (1,000 to 100,000)."""
     size = max(1000, min(100_000, int(spec.duration_s * 200)))
-    return synthesize(replace(spec, pattern="constant", rate=size / spec.duration_s, envelope=None))
+    return synthesize(replace(spec, pattern="constant", rate=size / spec.duration_s, envelope=None,
+                              sessions=None))  # fmt: skip

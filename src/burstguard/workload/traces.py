@@ -37,7 +37,10 @@ from burstguard.workload.spec import Workload
 
 WORKLOAD_FORMAT = "burstguard.workload/1"
 FORMATS = ("burstguard", "azure", "mooncake", "burstgpt")
-_OPTIONAL_COLUMNS = ("ids", "priority_class", "tenant", "prefix_hashes", "failed")
+_OPTIONAL_COLUMNS = (
+    "ids", "priority_class", "tenant", "prefix_hashes", "failed",
+    "session", "turn", "after", "think_s",
+)  # fmt: skip
 _JSON_KEY = {"ids": "id"}  # Workload column -> JSONL key, where they differ
 _TZ_SUFFIX = re.compile(r"(Z|[+-]\d\d:?\d\d)$")
 
@@ -128,6 +131,12 @@ def _column_values(workload: Workload, column: str) -> Sequence[Any]:
         return [[int(h) for h in hashes] for hashes in values]
     if column == "failed":
         return [True if v else None for v in values.tolist()]
+    if column == "after":
+        return [list(a) if a else None for a in values]
+    if column == "think_s":
+        return [v or None for v in values.tolist()]
+    if column == "turn":
+        return values.tolist()
     return [None if v is None else str(v) for v in values.tolist()]
 
 
@@ -458,6 +467,8 @@ def _read_burstguard(path: Path, lines: list[str]) -> Workload:
     if "prefix_hashes" in present:
         raw = [o.get("prefix_hashes", []) for o in objs]
         columns["prefix_hashes"] = _hash_lists(path, raw, line_of, "prefix_hashes")
+    if present & {"session", "turn", "after", "think_s"}:
+        columns.update(_session_columns(path, objs, numbers, columns.get("ids")))
     if "failed" in present:
         flags = [o.get("failed", False) for o in objs]
         for k, v in enumerate(flags):
@@ -473,3 +484,45 @@ def _read_burstguard(path: Path, lines: list[str]) -> Workload:
         **columns,
     )
     return _sorted(workload)
+
+
+def _session_columns(
+    path: Path,
+    objs: list[dict[str, Any]],
+    numbers: list[int],
+    ids: np.ndarray | None,
+) -> dict[str, Any]:
+    """`session`, `turn`, `after`, `think_s` (all four: a file may hold some); every id
+    in an `after` names a request of the file (cycles: `workload.sessions.Dependencies`)."""
+    session: list[str | None] = []
+    turn: list[int] = []
+    after: list[tuple[str, ...]] = []
+    think: list[float] = []
+    known = set(ids.tolist()) if ids is not None else {f"r{i}" for i in range(len(objs))}
+    for k, o in enumerate(objs):
+        s, t, a, w = o.get("session"), o.get("turn", 0), o.get("after") or [], o.get("think_s", 0)
+        if s is not None and not isinstance(s, str):
+            raise _fail(path, numbers[k], f"session must be a string, found {s!r}")
+        if type(t) is not int or t < 0:
+            raise _fail(path, numbers[k], f"turn must be an integer >= 0, found {t!r}")
+        if not isinstance(a, list) or not all(isinstance(x, str) for x in a):
+            raise _fail(path, numbers[k], f"after must be a list of request ids, found {a!r}")
+        missing = [x for x in a if x not in known]
+        if missing:
+            raise _fail(path, numbers[k], f"after: no request {missing[0]!r} in the file")
+        try:
+            w = _finite_float(w)
+        except (TypeError, ValueError):
+            w = -1.0
+        if w < 0:
+            raise _fail(path, numbers[k], f"think_s must be a number >= 0, found {o['think_s']!r}")
+        session.append(s)
+        turn.append(t)
+        after.append(tuple(a))
+        think.append(w)
+    return {
+        "session": np.asarray(session, dtype=object),
+        "turn": np.asarray(turn, dtype=np.int64),
+        "after": after,
+        "think_s": np.asarray(think, dtype=np.float64),
+    }

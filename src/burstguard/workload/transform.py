@@ -34,7 +34,20 @@ def take(workload: Workload, index: np.ndarray) -> Workload:
         ids=pick(workload.ids),
         source=workload.source,
         meta=dict(workload.meta),
+        session=pick(workload.session),
+        turn=pick(workload.turn),
+        after=None if workload.after is None else _kept_after(workload, index),
+        think_s=pick(workload.think_s),
     )
+
+
+def _kept_after(workload: Workload, index: np.ndarray) -> list[tuple[str, ...]]:
+    """The `after` lists of the requests at `index`, without the ids not taken (a window
+    cut off a session's earlier turns: what is left waits only for what is left)."""
+    assert workload.after is not None
+    rows = index.tolist()
+    kept = {workload.request_id(i) for i in rows}
+    return [tuple(a for a in workload.after[i] if a in kept) for i in rows]
 
 
 def slice_window(
@@ -58,6 +71,8 @@ def scale_rate(workload: Workload, speed: float) -> Workload:
         raise ConfigError(f"speed must be a finite number > 0, got {speed}")
     out = take(workload, np.arange(len(workload)))
     out.arrival_s = workload.arrival_s / speed
+    if out.think_s is not None:  # a session's pace scales with its arrivals
+        out.think_s = out.think_s / speed
     before = workload.meta.get("speed", 1.0)
     out.meta["speed"] = speed * (float(before) if isinstance(before, int | float) else 1.0)
     return out
@@ -104,6 +119,7 @@ def merge(workloads: Sequence[Workload]) -> Workload:
         dtype=object,
     )
     has_prefix = any(w.prefix_hashes is not None for w in workloads)
+    has_after = any(w.after is not None for w in workloads)
     has_failed = any(w.failed is not None for w in workloads)
     merged = Workload(
         arrival_s=np.concatenate([w.arrival_s for w in workloads]),
@@ -122,8 +138,32 @@ def merge(workloads: Sequence[Workload]) -> Workload:
         ids=ids,
         source=" + ".join(w.source for w in workloads),
         meta={"merged": [w.source for w in workloads]},
+        session=labels("session"),
+        turn=np.concatenate([_turns(w) for w in workloads]) if has_after else None,
+        after=[
+            tuple(f"{k}:{a}" for a in w.after[i]) if w.after is not None else ()
+            for k, w in enumerate(workloads)
+            for i in range(len(w))
+        ]
+        if has_after
+        else None,
+        think_s=np.concatenate([_think(w) for w in workloads]) if has_after else None,
     )
+    if merged.session is not None:  # sessions stay apart as the ids do
+        merged.session = np.asarray(
+            [None if s is None else f"{k}:{s}" for k, w in enumerate(workloads)
+             for s in (w.session if w.session is not None else [None] * len(w))],
+            dtype=object,
+        )  # fmt: skip
     return take(merged, np.argsort(merged.arrival_s, kind="stable"))
+
+
+def _turns(workload: Workload) -> np.ndarray:
+    return workload.turn if workload.turn is not None else np.zeros(len(workload), np.int64)
+
+
+def _think(workload: Workload) -> np.ndarray:
+    return workload.think_s if workload.think_s is not None else np.zeros(len(workload))
 
 
 def _flags(workload: Workload) -> np.ndarray:

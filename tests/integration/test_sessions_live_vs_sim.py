@@ -1,0 +1,75 @@
+"""A conversation workload (`generate --sessions --turns --think`) runs live against an
+emulator with prefix caching as it runs in the simulator: bench sends each turn when the
+previous one has answered plus its think time, with the history as the prompt's head, so
+the emulator's prefix cache (vLLM's counters) hits as the simulator's does, and TTFT
+agrees. Each turn's prompt is the previous prompt + its answer + the new text, by the
+emulator's own token counts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.conftest import BURSTGUARD, start_emulator
+
+from burstguard.paths import MODEL_NAME
+from burstguard.tokenizer import reference_tokenizer_file
+from burstguard.wire.records import read_records
+from burstguard.workload.traces import load_workload
+
+PROFILE = "smollm2-135m-cpu"  # steps of ~64 ms: the host's own latency is small beside them
+SPEEDUP = 10.0
+SESSIONS = ["--rate", "0.25", "--duration", "120", "--seed", "7", "--sessions", "40",
+            "--turns", "3-4", "--think", "1-3", "--prompt-tokens", "uniform:60-160",
+            "--output-tokens", "uniform:16-32"]  # fmt: skip
+
+
+def run(*args: str) -> None:
+    res = subprocess.run([*BURSTGUARD, *args], capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr
+
+
+def test_sessions_live_match_the_sim(tmp_path: Path) -> None:
+    workload = tmp_path / "sessions.jsonl"
+    run("generate", "poisson", *SESSIONS, "--out", str(workload))
+    emulator = start_emulator(  # served as vLLM serves the reference model
+        tmp_path, "--enable-prefix-caching", "--served-model-name", MODEL_NAME,
+        profile=PROFILE, speedup=SPEEDUP,
+    )  # fmt: skip
+    with emulator:
+        url = emulator.base_url  # type: ignore[attr-defined]
+        out = tmp_path / "live"
+        run("bench", "--quiet", "--target", url, "--workload", str(workload),
+            "--speedup", str(SPEEDUP), "--scrape-metrics", "--out", str(out))  # fmt: skip
+    live = json.loads((out / "summary.json").read_text())
+    sim_json = tmp_path / "sim.json"
+    run("sim", "--trace", str(workload), "--profile", PROFILE, "--enable-prefix-caching",
+        "--json", str(sim_json))  # fmt: skip
+    sim = json.loads(sim_json.read_text())
+
+    # the served model is SmolLM2: bench sizes the prompts' words by its tokenizer, where
+    # installed (the emulator counts with it too); the estimate's words are one token each
+    assert live["prompt_text"]["exact"] == (reference_tokenizer_file() is not None)
+    specs = {s.id: s for s in load_workload(workload).specs()}
+    records = {r.id: r for r in read_records(out / "records.jsonl")}
+    assert len(records) == len(specs) == live["completed"]
+    for spec in specs.values():
+        rec = records[spec.id]
+        for before in spec.after:  # sent only after the previous turn's answer + think
+            prev = records[before]
+            assert prev.e2e_s is not None and rec.scheduled_s is not None
+            assert rec.scheduled_s >= prev.scheduled_s + prev.e2e_s + spec.think_s - 1e-3
+            # the prompt grew by exactly the answer and the new text (engine's counts)
+            grown = (rec.prompt_tokens or 0) - (prev.prompt_tokens or 0)
+            new = spec.prompt_tokens - specs[before].prompt_tokens - specs[before].max_tokens
+            assert grown == (prev.completion_tokens or 0) + new, spec.id
+    hits = live["prefix_cache"]["hit_rate"], sim["prefix_cache"]["hit_rate"]
+    ttft = live["ttft_s"]["p50"], sim["ttft_s"]["p50"]
+    p95 = live["ttft_s"]["p95"], sim["ttft_s"]["p95"]
+    print(f"prefix-cache hit rate live {hits[0]:.1%} sim {hits[1]:.1%}; TTFT p50 live "
+          f"{ttft[0] * 1000:.0f} ms sim {ttft[1] * 1000:.0f} ms, p95 live "
+          f"{p95[0] * 1000:.0f} ms sim {p95[1] * 1000:.0f} ms")  # fmt: skip
+    assert hits[1] > 0.4 and abs(hits[0] - hits[1]) <= 0.03, hits
+    assert abs(ttft[0] - ttft[1]) <= 0.15 * ttft[1], ttft
+    assert abs(p95[0] - p95[1]) <= 0.2 * p95[1], p95
