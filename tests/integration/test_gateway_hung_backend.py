@@ -28,6 +28,8 @@ import aiohttp
 import pytest
 from tests.conftest import start_emulator, start_fleet_gateway
 
+from burstguard.core.engine.profile import PROFILES_DIR
+
 FLOOR_S, STALL_S = 2.0, 2.0
 MAX_TOKENS = 300
 MODEL = "smollm2-135m-cpu"
@@ -133,7 +135,10 @@ async def test_a_slow_but_healthy_long_prefill_is_not_cut(tmp_path: Path) -> Non
     one short request first, the deadline is 4 x the predicted ~7 s; with a constant 1 s
     deadline (factor 1, an infinitely fast prior, nothing learned) the same request is cut:
     504, as its only backend is the one that held it."""
-    slow = start_emulator(tmp_path, profile="smollm2-135m-cpu", speedup=1.0)
+    # the packaged profile by its path: this machine's own calibration would stand in for
+    # the name, and a faster fit makes the prefill too short to test anything
+    packaged = str(PROFILES_DIR / "smollm2-135m-cpu.yaml")
+    slow = start_emulator(tmp_path, profile=packaged, speedup=1.0)
     slow.start()
     url = slow.base_url  # type: ignore[attr-defined]
 
