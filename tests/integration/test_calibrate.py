@@ -3,7 +3,9 @@ and the profile it writes loads in the emulator and the simulator."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -55,6 +57,35 @@ def test_calibrate_recovers_a_known_engine(tmp_path: Path) -> None:
     assert (machine["cpu"], machine["cores"], tuple(machine["isa"])) == (
         cpu.name, cpu.cores, cpu.isa)  # fmt: skip
     assert got.cpu_warning(cpu) is None
+    # its own check (calibrate/check.py): steps it was not fitted on are predicted, the
+    # sentinel prefill did not drift, and the machine was measured idle before the probes
+    check = fitted["fit"]["check"]
+    assert check["passed"] is True and check["failures"] == []
+    assert check["held_back"] >= 6 and check["held_back_max_rel_error"] < 0.2
+    assert len(check["sentinel_ms"]) == 5 and check["busy_before"] is not None
+
+
+def test_calibrate_refuses_a_busy_machine(tmp_path: Path) -> None:
+    """Every CPU kept busy by other work: calibrate waits for quiet, then refuses to fit
+    (a fit made under contention learns the contention) and writes nothing."""
+    hog = "import time\nend = time.monotonic() + 90\nwhile time.monotonic() < end: pass"
+    out = tmp_path / "p.yaml"
+    with start_emulator(tmp_path, profile="instant", speedup=1.0) as proc:
+        hogs = [subprocess.Popen([sys.executable, "-c", hog]) for _ in range(os.cpu_count() or 2)]
+        try:
+            res = subprocess.run(
+                [*BURSTGUARD, "calibrate", "--target", proc.base_url,  # type: ignore[attr-defined]
+                 "--out", str(out), "--kv-cache-tokens", "1000", "--attempts", "2",
+                 "--quiet-wait", "3"],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+        finally:
+            for h in hogs:
+                h.kill()
+                h.wait()
+    assert res.returncode != 0, res.stdout
+    assert "calibration not written" in res.stderr and "busy" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and not out.exists()
 
 
 def test_calibrate_says_what_is_missing(tmp_path: Path) -> None:

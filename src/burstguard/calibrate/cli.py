@@ -18,6 +18,7 @@ import datetime
 import ipaddress
 import json
 import re
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -29,6 +30,7 @@ import typer
 import yaml
 
 from burstguard.bench.stream import new_client
+from burstguard.calibrate.check import CheckBounds, Evidence, between, failures, record
 from burstguard.calibrate.fit import StepSample, fit_step_model
 from burstguard.calibrate.from_kernels import calibrate_from_kernels
 from burstguard.calibrate.probe import (
@@ -38,6 +40,7 @@ from burstguard.calibrate.probe import (
     decode_samples,
     prefill_samples,
 )
+from burstguard.calibrate.quiet import measure_busy, wait_until_quiet
 from burstguard.core.engine.machine import this_cpu
 from burstguard.errors import UserError, check_writable
 from burstguard.http.preflight import check_target, served_cards
@@ -111,6 +114,16 @@ def machine_section(base: str, device: str) -> dict[str, Any]:
     return where
 
 
+def _check_figures(check: dict[str, Any]) -> str:
+    held = (
+        f"held-back steps median error {check['held_back_median_rel_error']:.1%}, worst "
+        f"{check['held_back_max_rel_error']:.1%}; "
+        if check["held_back"]
+        else ""
+    )
+    return f"{held}sentinel drift {check['sentinel_spread']:.1%}"
+
+
 def _parse_ints(text: str, what: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -121,22 +134,51 @@ def _parse_ints(text: str, what: str) -> list[int]:
     return values
 
 
+SENTINEL_REPEATS = 3
+
+
 async def _measure(
-    t: Target, lengths: list[int], batches: list[int], bursts: list[int], repeats: int
-) -> tuple[list[StepSample], int]:
-    """The step samples, and the chat template's extra prompt tokens."""
+    t: Target, lengths: list[int], batches: list[int], bursts: list[int], repeats: int,
+    local: bool,
+) -> tuple[list[StepSample], int, Evidence]:  # fmt: skip
+    """The step samples to fit, the chat template's extra prompt tokens, and the evidence
+    the fit is checked against (calibrate/check.py): a sentinel prefill timed before and
+    after each phase, and held-back steps between the probed points."""
     client = new_client(t.base_url, t.timeout_s)
+    ev = Evidence()
+    sentinel_len = sorted(lengths)[len(lengths) // 2]
+
+    async def sentinel() -> None:
+        s = await prefill_samples(client, t, [sentinel_len], SENTINEL_REPEATS, lambda _: None)
+        ev.sentinel_s.append(s[0].seconds)
+
     try:
         await prefill_samples(client, t, [lengths[0]], 2, lambda _: None)  # warm up
         chat_extra = await chat_template_tokens(client, t)
         print(f"chat template: {chat_extra} prompt tokens beyond burstguard's count")
+        await sentinel()
         samples = await prefill_samples(client, t, lengths, repeats, print)
+        await sentinel()
         samples += await burst_samples(client, t, bursts, BURST_PROMPT_TOKENS, print)
+        await sentinel()
         long_prompt = min(512, max(lengths))
         samples += await decode_samples(client, t, batches, [16, long_prompt], print)
+        await sentinel()
+        print("held back (not fitted; the fit must predict them):")
+        ev.held_back += await prefill_samples(client, t, between(lengths, lengths), repeats, print)
+        ev.held_back += await burst_samples(
+            client, t, between([min(bursts), max(bursts)], bursts), BURST_PROMPT_TOKENS, print
+        )
+        mid_prompt = round((16 * long_prompt) ** 0.5)
+        ev.held_back += await decode_samples(
+            client, t, between(batches, batches), [mid_prompt], print
+        )
+        await sentinel()
     finally:
         client.close()
-    return samples, chat_extra
+    if local:
+        ev.busy_after = measure_busy()
+    return samples, chat_extra, ev
 
 
 def calibrate(
@@ -189,6 +231,16 @@ def calibrate(
     link_efficiency: Annotated[
         float, typer.Option(min=0.01, max=1, help="--kernels, TP: share of link bandwidth")
     ] = 0.7,
+    attempts: Annotated[
+        int, typer.Option(min=1, help="probe runs before giving up on a fit that fails its check")
+    ] = 3,
+    quiet_wait_s: Annotated[
+        float,
+        typer.Option("--quiet-wait", min=0, help="seconds to wait for an idle machine per attempt"),
+    ] = 120.0,
+    keep_failed: Annotated[
+        bool, typer.Option(help="write the profile even if its check fails (recorded as failed)")
+    ] = False,
 ) -> None:
     """Fit an emulator profile (step-time model + KV capacity) from a live engine
     (--target), or a GPU profile from measured kernel times (--kernels)."""
@@ -225,9 +277,33 @@ def calibrate(
     if max_len and longest > max_len:
         raise UserError(f"--prompt-lengths up to {max(lengths)} exceed max_model_len {max_len}")
     t = Target(base, served, speedup)
-    print(f"calibrating {t.model} at {base}")
-    samples, chat_extra = asyncio.run(_measure(t, lengths, batches, bursts, repeats))
-    fitted, quality = fit_step_model(samples)
+    local = engine_device(base, "auto") != "unknown"
+    bounds = CheckBounds()
+    for attempt in range(1, attempts + 1):
+        print(f"calibrating {t.model} at {base} (attempt {attempt} of {attempts})")
+        busy = wait_until_quiet(bounds.busy_fraction, quiet_wait_s, print) if local else None
+        last = attempt == attempts
+        if busy is not None and busy > bounds.busy_fraction and not (last and keep_failed):
+            why = [f"the machine stayed busy ({busy:.0%} of its CPUs with the engine idle, "
+                   f"bound {bounds.busy_fraction:.0%}) for {quiet_wait_s:.0f} s"]  # fmt: skip
+            print(f"check: {why[0]}; not probing")
+            continue
+        samples, chat_extra, ev = asyncio.run(_measure(t, lengths, batches, bursts, repeats, local))
+        ev.busy_before = busy
+        fitted, quality = fit_step_model(samples)
+        why = failures(fitted, ev, bounds)
+        check = record(fitted, ev, bounds, attempt)
+        print(f"check: {'; '.join(why) if why else 'passed'} ({_check_figures(check)})")
+        if not why:
+            break
+    if why and not keep_failed:
+        raise UserError(
+            f"calibration not written: after {attempts} attempt(s) the fit cannot be trusted: "
+            f"{'; '.join(why)}. Run it on an otherwise idle machine (or --keep-failed to "
+            "write it anyway, its check recorded as failed)."
+        )
+    if why:
+        print("warning: the fit failed its check; written anyway (--keep-failed)", file=sys.stderr)
     doc: dict[str, Any] = {
         "schema": "burstguard.profile/1",
         "name": name,
@@ -245,7 +321,12 @@ def calibrate(
             "c_prefill_seq_s": fitted.c_prefill_seq_s,
             "kv_cache_tokens": int(kv_cache_tokens),
             "machine": machine_section(base, device),
-            "fit": {**quality, "steps": [asdict(s) for s in samples]},
+            "fit": {
+                **quality,
+                "check": check,
+                "steps": [asdict(s) for s in samples],
+                "held_back_steps": [asdict(s) for s in ev.held_back],
+            },
         },
     }
     out.parent.mkdir(parents=True, exist_ok=True)

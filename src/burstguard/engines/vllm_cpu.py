@@ -122,21 +122,31 @@ def server(
 
 
 def _fitted_here(path: Path) -> bool:
-    """A cached profile fitted on this CPU against this vLLM version."""
+    """A cached profile fitted on this CPU against this vLLM version whose calibration
+    passed its own check (calibrate/check.py), or that this process fitted."""
     from burstguard.core.engine.machine import this_cpu
     from burstguard.core.engine.profile import Profile
 
     if not path.is_file():
         return False
     try:
-        machine = Profile.load(path).machine
+        profile = Profile.load(path)
     except BurstguardError:
         return False
+    machine, fit = profile.machine, profile.data.fitted
+    checked = fit is not None and fit.fit.get("check", {}).get("passed") is True
     return (
         machine is not None
         and machine.cpu_fingerprint == this_cpu().fingerprint
         and machine.engine == f"vLLM {VLLM_VERSION}"
+        and (checked or path in _FITTED_THIS_RUN)
     )
+
+
+_FITTED_THIS_RUN: set[Path] = set()
+"""Fits made by this process: one that failed its check is used for the run and refitted
+by the next one, not refitted again within it."""
+CALIBRATE_ATTEMPTS = 2
 
 
 def machine_profile(base_url: str | None = None) -> Path:
@@ -160,8 +170,10 @@ def machine_profile(base_url: str | None = None) -> Path:
              f"{serving_dtype()} (fitted by vllm_cpu.machine_profile)")  # fmt: skip
     run([sys.executable, "-m", "burstguard.cli", "calibrate", "--target", base_url,
          "--out", str(tmp), "--name", PROFILE_NAME, "--model", MODEL_NAME, "--device", "cpu",
-         "--description", about])  # fmt: skip
+         "--description", about, "--attempts", str(CALIBRATE_ATTEMPTS),
+         "--keep-failed"])  # fmt: skip
     tmp.replace(path)
+    _FITTED_THIS_RUN.add(path)
     return path
 
 
