@@ -47,10 +47,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -61,6 +63,7 @@ import aiohttp
 import yaml
 
 from burstguard.core.engine.profile import PROFILES_DIR
+from burstguard.paths import CACHE_ROOT
 from burstguard.procs import ManagedProcess, free_port
 from burstguard.scrape import parse_metrics
 
@@ -303,34 +306,21 @@ def ms(x: float) -> str:
     return f"{x * 1e3:7.2f}"
 
 
-async def bench(args: argparse.Namespace, direct: str, via: str, pids: dict[str, int]) -> None:
+async def bench(
+    args: argparse.Namespace, direct: str, proxies: dict[str, str], pids: dict[str, int]
+) -> None:  # fmt: skip
+    """Probes each proxy against direct, then the closed-loop phases, every target in turn."""
     payload = body(args.output_tokens)
+    via = proxies["gateway"]
     if args.probe:
-        # The gateway idles through the direct probe: its background (the backend scrape
-        # every 250 ms, the 50 ms tick) at that rate is taken out of its CPU per request.
-        cpu0, t0 = proc_cpu(pids["gateway"]), time.perf_counter()
-        d = await probe(direct, args.probe, payload)
-        cpu1, t1 = proc_cpu(pids["gateway"]), time.perf_counter()
-        h0 = await gateway_histograms(via)
-        g = await probe(via, args.probe, payload)
-        cpu2, t2 = proc_cpu(pids["gateway"]), time.perf_counter()
-        probed: dict[str, float] = {}
-        added(probed, h0, await gateway_histograms(via))
-        idle = (cpu1 - cpu0) / (t1 - t0)
-        per_req = max(0.0, cpu2 - cpu1 - idle * (t2 - t1)) / (args.probe + 10)
-        print(f"sequential probe ({args.probe} requests each, one at a time): TTFT p50 direct "
-              f"{ms(pct(d, .5))} ms, gateway {ms(pct(g, .5))} ms, added "
-              f"{ms(pct(g, .5) - pct(d, .5))} ms; p99 added "
-              f"{ms(pct(g, .99) - pct(d, .99))} ms; gateway CPU {per_req * 1e3:.2f} ms "
-              "per request (less its idle background)")  # fmt: skip
-        print(f"  gateway's own time on the first-token path in the probe: {own_time(probed)}")
+        await probes(args, direct, proxies, pids, payload)
     phases: list[Phase] = []
     hist: dict[str, float] = {}  # the gateway's own histograms over its phases
-    print(f"{'phase':<7}{'target':<9}{'reqs':>7}{'err':>5}{'tok/s':>9}{'reads/req':>10}"
-          f"{'p50 ms':>9}{'p99 ms':>9}   CPU cores: emulator gateway client other "
-          "steal")  # fmt: skip
+    cores = " ".join(n for n in pids)
+    print(f"{'phase':<7}{'target':<13}{'reqs':>7}{'err':>5}{'tok/s':>9}{'reads/req':>10}"
+          f"{'p50 ms':>9}{'p99 ms':>9}   CPU cores: {cores} client other steal")  # fmt: skip
     for r in range(args.rounds):
-        order = [("direct", direct), ("gateway", via)]
+        order = [("direct", direct), *proxies.items()]
         if r % 2:
             order.reverse()
         for name, base in order:
@@ -342,14 +332,42 @@ async def bench(args: argparse.Namespace, direct: str, via: str, pids: dict[str,
             m = p.measured()
             t = [s.ttft for s in m]
             reads = statistics.fmean(s.reads for s in m) if m else float("nan")
-            print(f"{r + 1:<7}{name:<9}{len(t):>7}{p.errors:>5}{p.tokens_per_s():>9,.0f}"
-                  f"{reads:>10.1f}{ms(pct(t, .5)):>9}{ms(pct(t, .99)):>9}   "
-                  f"{p.cpu['emulator']:8.2f} {p.cpu['gateway']:8.2f} {p.cpu['client']:6.2f} "
-                  f"{p.cpu['other']:5.2f} {p.cpu['steal']:5.2f}",
+            used = " ".join(f"{p.cpu[n]:.2f}" for n in (*pids, "client", "other", "steal"))
+            print(f"{r + 1:<7}{name:<13}{len(t):>7}{p.errors:>5}{p.tokens_per_s():>9,.0f}"
+                  f"{reads:>10.1f}{ms(pct(t, .5)):>9}{ms(pct(t, .99)):>9}   {used}",
                   flush=True)  # fmt: skip
-    summarize(args, phases)
+    summarize(args, phases, list(proxies))
     print(f"  gateway's own time on the first-token path in its phases: {own_time(hist)}")
     print_lag(hist)
+
+
+async def probes(
+    args: argparse.Namespace, direct: str, proxies: dict[str, str], pids: dict[str, int],
+    payload: dict[str, object],
+) -> None:  # fmt: skip
+    """One request at a time, direct then through each proxy: the extra hop's TTFT with no
+    contention, and each proxy's CPU per request (less its idle background: the
+    gateway's backend scrape every 250 ms and 50 ms tick, measured over the direct probe)."""
+    cpu0, t0 = {n: proc_cpu(pids[n]) for n in proxies}, time.perf_counter()
+    d = await probe(direct, args.probe, payload)
+    cpu1, t1 = {n: proc_cpu(pids[n]) for n in proxies}, time.perf_counter()
+    for name, base in proxies.items():
+        h0 = await gateway_histograms(base) if name == "gateway" else {}
+        c0, s0 = proc_cpu(pids[name]), time.perf_counter()
+        g = await probe(base, args.probe, payload)
+        c1, s1 = proc_cpu(pids[name]), time.perf_counter()
+        idle = (cpu1[name] - cpu0[name]) / (t1 - t0)
+        per_req = max(0.0, c1 - c0 - idle * (s1 - s0)) / (args.probe + 10)
+        print(f"sequential probe ({args.probe} requests, one at a time), {name}: TTFT p50 "
+              f"direct {ms(pct(d, .5))} ms, {name} {ms(pct(g, .5))} ms, added "
+              f"{ms(pct(g, .5) - pct(d, .5))} ms; p99 added {ms(pct(g, .99) - pct(d, .99))} "
+              f"ms; {name} CPU {per_req * 1e3:.2f} ms per request (less its idle "
+              "background)")  # fmt: skip
+        if name == "gateway":
+            probed: dict[str, float] = {}
+            added(probed, h0, await gateway_histograms(base))
+            print(f"  gateway's own time on the first-token path in the probe: "
+                  f"{own_time(probed)}")  # fmt: skip
 
 
 def print_noise(phases: list[Phase], by: dict[str, list[Phase]]) -> None:
@@ -357,9 +375,9 @@ def print_noise(phases: list[Phase], by: dict[str, list[Phase]]) -> None:
     own phases, and time the hypervisor took (steal), which no phase order cancels."""
     spread = {k: [pct([s.ttft for s in p.measured()], 0.5) for p in v] for k, v in by.items()}
     if all(len(v) > 1 for v in spread.values()):
-        d, g = (max(v) - min(v) for v in spread.values())
-        print(f"  noise: p50 spread between phases of one target: direct {d * 1e3:.2f} ms, "
-              f"gateway {g * 1e3:.2f} ms; a smaller added p50 is not resolved")  # fmt: skip
+        each = ", ".join(f"{k} {(max(v) - min(v)) * 1e3:.2f} ms" for k, v in spread.items())
+        print(f"  noise: p50 spread between phases of one target: {each}; a smaller "
+              "difference is not resolved")  # fmt: skip
     steal = max(p.cpu["steal"] for p in phases)
     if steal >= STEAL_WARN_CORES:
         print(f"  WARNING: the hypervisor took up to {steal:.2f} cores in a phase (steal): "
@@ -367,62 +385,86 @@ def print_noise(phases: list[Phase], by: dict[str, list[Phase]]) -> None:
               "rerun when steal is ~0")  # fmt: skip
 
 
-def summarize(args: argparse.Namespace, phases: list[Phase]) -> None:
-    by: dict[str, list[Phase]] = {"direct": [], "gateway": []}
+def summarize(args: argparse.Namespace, phases: list[Phase], proxies: list[str]) -> None:
+    by: dict[str, list[Phase]] = {"direct": [], **{n: [] for n in proxies}}
     for p in phases:
         by[p.target].append(p)
     ttft = {k: [s.ttft for p in v for s in p.measured()] for k, v in by.items()}
     rate = {k: statistics.fmean(p.tokens_per_s() for p in v) for k, v in by.items()}
-    cpu = {k: {n: statistics.fmean(p.cpu[n] for p in v) for n in v[0].cpu} for k, v in by.items()}
     p50 = {k: pct(v, 0.5) for k, v in ttft.items()}
     p99 = {k: pct(v, 0.99) for k, v in ttft.items()}
-    add50, add99 = p50["gateway"] - p50["direct"], p99["gateway"] - p99["direct"]
-    ratio = rate["gateway"] / rate["direct"]
     errors = sum(p.errors for p in phases)
     print(f"\n{args.concurrency} concurrent streams, {args.output_tokens} output tokens each, "
           f"engine step {args.step_ms:g} ms, think time {args.think_s:g} s + U(0, step), "
           f"{args.rounds} x {args.phase_seconds:g} s measured per target, {os.cpu_count()} "
-          f"CPU cores, {'gateway pinned alone' if args.pin else 'shared by all three'}; "
+          f"CPU cores, {'gateway pinned alone' if args.pin else 'shared by all'}; "
           f"stream_flush_ms {args.flush_ms:g}; {errors} errors")  # fmt: skip
-    for k in ("direct", "gateway"):
-        c = cpu[k]
-        print(f"  {k:<8} TTFT p50 {ms(p50[k])} ms  p99 {ms(p99[k])} ms  "
-              f"{rate[k]:9,.0f} output tok/s  (CPU cores: emulator {c['emulator']:.2f}, "
-              f"gateway {c['gateway']:.2f}, client {c['client']:.2f})")  # fmt: skip
+    print(f"  {'target':<12} {'TTFT p50':>9} {'p99':>9} {'added p50':>10} {'added p99':>10} "
+          f"{'tok/s':>9} {'of direct':>9} {'CPU/request':>12}")  # fmt: skip
+    for k, v in by.items():
+        own = sum(p.cpu[k] * p.wall for p in v) if k in proxies else 0.0
+        reqs = sum(len(p.samples) for p in v)
+        cpu = f"{own / reqs * 1e3:9.2f} ms" if k in proxies and reqs else f"{'-':>12}"
+        print(f"  {k:<12} {ms(p50[k])} ms {ms(p99[k])} ms {ms(p50[k] - p50['direct'])} ms "
+              f"{ms(p99[k] - p99['direct'])} ms {rate[k]:9,.0f} {rate[k] / rate['direct']:9.1%} "
+              f"{cpu}")  # fmt: skip
+    add50, add99 = p50["gateway"] - p50["direct"], p99["gateway"] - p99["direct"]
+    ratio = rate["gateway"] / rate["direct"]
     ok50, ok99, okr = add50 <= GOAL_P50_MS / 1e3, add99 <= GOAL_P99_MS / 1e3, ratio >= GOAL_RATIO
-    print(f"  added TTFT p50 {ms(add50)} ms (goal <= {GOAL_P50_MS:g}: "
-          f"{'met' if ok50 else 'NOT met'})")  # fmt: skip
-    print(f"  added TTFT p99 {ms(add99)} ms (goal <= {GOAL_P99_MS:g}: "
-          f"{'met' if ok99 else 'NOT met'})")  # fmt: skip
-    print(f"  throughput via gateway / direct: {ratio:.1%} (goal >= {GOAL_RATIO:.0%}: "
-          f"{'met' if okr else 'NOT met'})")  # fmt: skip
+    print(f"  gateway: added TTFT p50 {ms(add50)} ms (goal <= {GOAL_P50_MS:g}: "
+          f"{'met' if ok50 else 'NOT met'}), p99 {ms(add99)} ms (goal <= {GOAL_P99_MS:g}: "
+          f"{'met' if ok99 else 'NOT met'}), throughput {ratio:.1%} of direct (goal >= "
+          f"{GOAL_RATIO:.0%}: {'met' if okr else 'NOT met'})")  # fmt: skip
+    for peer in (n for n in proxies if n != "gateway"):
+        verdict = "met" if p50["gateway"] <= p50[peer] else "NOT met"
+        print(f"  gateway's added TTFT p50 no worse than {peer}'s: {verdict} "
+              f"({ms(add50)} vs {ms(p50[peer] - p50['direct'])} ms)")  # fmt: skip
     print_noise(phases, by)
-    for k in ("direct", "gateway"):
-        c = cpu[k]
-        mine = ("emulator", "gateway", "client")
+    for k, v in by.items():
+        c = {n: statistics.fmean(p.cpu[n] for p in v) for n in v[0].cpu}
+        mine = [n for n in c if n not in ("other", "steal")]
         busy = ", ".join(n for n in mine if c[n] >= 0.9) or "none"
         print(f"  CPU in the {k} phases: {sum(c[n] for n in mine):.2f} cores ours, "
               f"{c['other']:.2f} other processes, {c['steal']:.2f} stolen, of "
               f"{os.cpu_count()}; CPU-bound (>= 0.9 core): {busy}")  # fmt: skip
-    gw_cpu = sum(p.cpu["gateway"] * p.wall for p in by["gateway"])
-    gw_reqs = sum(len(p.samples) for p in by["gateway"])
-    if gw_reqs:
-        print(f"  gateway CPU per request (with its {args.output_tokens} streamed tokens): "
-              f"{gw_cpu / gw_reqs * 1e3:.2f} ms")  # fmt: skip
-    if max(cpu[k]["other"] for k in cpu) > 0.2:
+    if max(p.cpu["other"] for p in phases) > 0.2:
         print("  WARNING: other processes used CPU during the run; the figures are contended")
 
 
-def pin(pids: dict[str, int]) -> str:
-    """The gateway alone on the last core; the emulator and this client on the others."""
+def pin(pids: dict[str, int], proxies: list[str]) -> str:
+    """The proxies alone on the last core (one runs at a time); the emulator and this
+    client on the others."""
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         sys.exit("--pin needs at least 2 cores")
     rest, own = set(cores[:-1]), {cores[-1]}
-    os.sched_setaffinity(pids["gateway"], own)
+    for name in proxies:
+        os.sched_setaffinity(pids[name], own)
     os.sched_setaffinity(pids["emulator"], rest)
     os.sched_setaffinity(0, rest)
-    return f"pinned: gateway on core {cores[-1]}, emulator and client on {sorted(rest)}"
+    return f"pinned: proxies on core {cores[-1]}, emulator and client on {sorted(rest)}"
+
+
+def pid_of(proc: ManagedProcess) -> int:
+    assert proc.proc is not None, "started"
+    return proc.proc.pid
+
+
+PEER_VENV = CACHE_ROOT / "peers" / "vllm-router"
+
+
+def vllm_router_exe(given: str | None) -> Path:
+    """`vllm-router` (the Rust router on PyPI): the given executable, else one installed by
+    this benchmark into a venv of its own (never a burstguard dependency)."""
+    if given:
+        return Path(given)
+    exe = PEER_VENV / "bin" / "vllm-router"
+    if not exe.exists():
+        print(f"installing vllm-router (PyPI) into {PEER_VENV}", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
+        subprocess.run([str(PEER_VENV / "bin" / "pip"), "install", "--quiet", "vllm-router"],
+                       check=True)  # fmt: skip
+    return exe
 
 
 def main() -> None:
@@ -451,6 +493,10 @@ def main() -> None:
         default=10.0,
         help="the gateway's stream_flush_ms (0: write every read at once)",
     )
+    parser.add_argument("--peer", choices=["vllm-router"], action="append", default=[],
+                        help="also measure this proxy in the same run (installed into its "
+                        "own venv unless --vllm-router)")  # fmt: skip
+    parser.add_argument("--vllm-router", help="a vllm-router executable to use")
     args = parser.parse_args()
     if args.concurrency < 1 or args.rounds < 1 or args.phase_seconds <= 0:
         parser.error("--concurrency, --rounds and --phase-seconds must be positive")
@@ -483,17 +529,30 @@ def main() -> None:
         )  # fmt: skip
         if args.no_gateway_log:
             gateway.log_path = None
-        with emulator, gateway:
-            assert emulator.proc is not None and gateway.proc is not None
-            pids = {"emulator": emulator.proc.pid, "gateway": gateway.proc.pid}
-            placement = pin(pids) if args.pin else "cores shared by all three"
+        peers = []
+        if "vllm-router" in args.peer:
+            r_port = free_port()
+            peers.append(("vllm-router", f"http://127.0.0.1:{r_port}", ManagedProcess(
+                [str(vllm_router_exe(args.vllm_router)), "--host", "127.0.0.1", "--port",
+                 str(r_port), "--policy", "round_robin", "--worker-urls", direct],
+                f"http://127.0.0.1:{r_port}/health", log_path=Path(tmp) / "vllm-router.log",
+                startup_timeout_s=60.0,
+            )))  # fmt: skip
+        with contextlib.ExitStack() as stack:
+            for proc in (emulator, gateway, *(peer[2] for peer in peers)):
+                stack.enter_context(proc)
+            pids = {"emulator": pid_of(emulator), "gateway": pid_of(gateway)}
+            pids |= {name: pid_of(proc) for name, _, proc in peers}
+            proxies = {"gateway": via, **{name: url for name, url, _ in peers}}
+            placement = pin(pids, list(proxies)) if args.pin else "cores shared by all"
             engine = (f"every step {args.step_ms:g} ms" if args.step_ms > 0
                       else "instant profile, zero step time")  # fmt: skip
             print(f"emulator ({engine}, max-num-seqs {seqs}) on {direct}; gateway on "
                   f"{via} (max_in_flight {4 * args.concurrency}, no adaptation, request log "
                   f"{'off' if args.no_gateway_log else 'on'}, stream_flush_ms "
-                  f"{args.flush_ms:g}); {placement}")  # fmt: skip
-            asyncio.run(bench(args, direct, via, pids))
+                  f"{args.flush_ms:g}); {', '.join(f'{n} on {u}' for n, u, _ in peers)}; "
+                  f"{placement}")  # fmt: skip
+            asyncio.run(bench(args, direct, proxies, pids))
 
 
 if __name__ == "__main__":
