@@ -239,7 +239,10 @@ def calibrate(
         typer.Option("--quiet-wait", min=0, help="seconds to wait for an idle machine per attempt"),
     ] = 120.0,
     keep_failed: Annotated[
-        bool, typer.Option(help="write the profile even if its check fails (recorded as failed)")
+        bool,
+        typer.Option(
+            "--keep-failed", help="write the profile even if its check fails (recorded as failed)"
+        ),
     ] = False,
 ) -> None:
     """Fit an emulator profile (step-time model + KV capacity) from a live engine
