@@ -61,6 +61,11 @@ class Stack:
         return [e.base_url for e in self.emulators]  # type: ignore[attr-defined]
 
     @property
+    def names(self) -> list[str]:
+        """Their `backend` labels: backend-<i>, by the order of the --backend flags."""
+        return [f"backend-{i}" for i in range(len(self.emulators))]
+
+    @property
     def picker(self) -> str:
         return self.epp.base_url  # type: ignore[attr-defined]
 
@@ -123,7 +128,7 @@ def test_the_openai_sdk_streams_through_envoy_to_the_picked_emulators(tmp_path: 
         # every request went through the core, to an emulator it picked, and was counted
         assert m['llm_request_total{class="standard",outcome="completed"}'] == 8
         assert m['llm_request_total{class="interactive",outcome="completed"}'] == 2
-        routed = [m.get(f'burstguard_backend_routed_total{{backend="{u}"}}', 0) for u in s.urls]
+        routed = [m.get(f'burstguard_backend_routed_total{{backend="{n}"}}', 0) for n in s.names]
         assert sum(routed) == 10 and min(routed) >= 1, routed
         served = [metrics(u).get('vllm:request_success_total{finished_reason="length",'
                                  f'model_name="{MODEL}"}}', 0) for u in s.urls]  # fmt: skip
@@ -208,15 +213,15 @@ def test_a_killed_replica_is_not_picked(tmp_path: Path) -> None:
         victim.proc.wait(timeout=10)
         # three failed /health probes (0.25 s apart) open its circuit; a request picked
         # before that gets Envoy's 503 (no failover in EPP mode without fallbacks)
-        key = f'burstguard_backend_healthy{{backend="{s.urls[0]}"}}'
+        key = f'burstguard_backend_healthy{{backend="{s.names[0]}"}}'
         assert wait_for(s.picker, key, 0.0) == 0.0
-        before = metrics(s.picker).get(f'burstguard_backend_routed_total{{backend="{s.urls[0]}"}}')
+        before = metrics(s.picker).get(f'burstguard_backend_routed_total{{backend="{s.names[0]}"}}')
         for _ in range(10):
             out = client.completions.create(model=MODEL, prompt="hello", max_tokens=3)
             assert out.usage is not None and out.usage.completion_tokens == 3
         m = metrics(s.picker)
-        assert m.get(f'burstguard_backend_routed_total{{backend="{s.urls[0]}"}}') == before
-        assert m[f'burstguard_backend_routed_total{{backend="{s.urls[1]}"}}'] >= 10
+        assert m.get(f'burstguard_backend_routed_total{{backend="{s.names[0]}"}}') == before
+        assert m[f'burstguard_backend_routed_total{{backend="{s.names[1]}"}}'] >= 10
 
 
 def test_a_client_that_hangs_up_frees_its_slot(tmp_path: Path) -> None:

@@ -93,7 +93,8 @@ async def test_a_replica_killed_mid_run(tmp_path: Path) -> None:
 
         async def watch() -> None:
             while not stop.is_set():
-                sends.append((time.monotonic(), await routed(session, base, victim)))
+                # its label: the first --backend is backend-0 (never its URL)
+                sends.append((time.monotonic(), await routed(session, base, "backend-0")))
                 await asyncio.sleep(0.05)
 
         loader, watcher = asyncio.create_task(load()), asyncio.create_task(watch())

@@ -117,7 +117,7 @@ class GatewaySimResult(SimResult):
     failovers: dict[str, int] | None = None  # the fleet's answers to failures, by outcome
     scaling: dict[str, Any] | None = None  # `ScalingDriver.summary`, with an autoscaler
     quota_refused: dict[str, list[int]] | None = None  # tenant -> [requests, tokens] refused
-    served_by: dict[str, str] | None = None  # request id -> the replica it was last sent to
+    served_by: dict[str, str] | None = None  # request id -> the name of its last replica
 
 
 def _next_on_grid(t: float, period: float) -> float:
@@ -527,7 +527,7 @@ class _GatewaySim:
             gateway=self.gw.stats,
             reprefill_tokens=self.reprefill_tokens,
             routed={self.names(r): n for r, n in self.routed.items()},
-            served_by=dict(self.where),
+            served_by={rid: self.names(r) for rid, r in self.where.items()},
             failovers=dict(self.fleet.failover_outcomes),
             prefix_cache=self.replicas.prefix_cache,
             scaling=None if self.scaler is None else self.scaler.summary(end),
