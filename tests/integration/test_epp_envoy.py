@@ -18,16 +18,18 @@ import json
 import os
 import signal
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
 import openai
+import pytest
 from tests.conftest import assert_openai_chat_works, start_emulator
 from tests.envoy_epp import envoy_binary, start_envoy, start_epp
 
-from burstguard.procs import ManagedProcess
+from burstguard.procs import ManagedProcess, free_port
 from burstguard.scrape import parse_metrics
 
 MODEL = "llama3-8b-h100"
@@ -264,3 +266,21 @@ def test_a_client_that_hangs_up_frees_its_slot(tmp_path: Path) -> None:
         while metrics(s.urls[0]).get(running, 0) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert metrics(s.urls[0]).get(running, 0) == 0
+
+
+def test_the_pickers_metrics_need_the_metrics_key_and_name_no_address(tmp_path: Path) -> None:
+    """`metrics.api_key` guards the picker's /metrics as the gateway's; its `backend`
+    labels are names. The picker alone (no Envoy needed): /metrics is its own HTTP port."""
+    key = "metrics-key-epp-000001"
+    backend = f"http://127.0.0.1:{free_port()}"  # nothing there: the label is enough
+    with start_epp(tmp_path, [backend], {"metrics": {"api_key": key}}) as epp:
+        url = epp.base_url + "/metrics"  # type: ignore[attr-defined]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url, timeout=5)
+        assert refused.value.code == 401
+        assert json.loads(refused.value.read())["error"]["code"] == "invalid_api_key"
+        ask = urllib.request.Request(url, headers={"authorization": f"Bearer {key}"})
+        with urllib.request.urlopen(ask, timeout=5) as resp:
+            body = resp.read().decode()
+    assert 'burstguard_backend_up{backend="backend-0"}' in body
+    assert backend.removeprefix("http://") not in body and "http://" not in body

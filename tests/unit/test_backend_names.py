@@ -1,4 +1,5 @@
-"""Backend names: what metrics, logs and summaries call a backend instead of its URL."""
+"""Backend names (what metrics, logs and summaries call a backend instead of its URL) and
+the /metrics settings."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import pytest
 
 from burstguard.core.fleet.names import BackendNames, hashed_name
 from burstguard.core.gateway.config import GatewayConfig
-from burstguard.errors import ConfigError
+from burstguard.errors import ConfigError, UserError
+from burstguard.live.gateway.cli import load_config
 
 
 def test_static_backends_are_named_by_place_or_their_name() -> None:
@@ -57,3 +59,12 @@ def test_the_metrics_listener_must_differ_from_the_main_one() -> None:
         GatewayConfig.from_dict({"metrics": {"listen": {"port": 8080}}})
     with pytest.raises(ConfigError, match=r"metrics\.api_key"):
         GatewayConfig.from_dict({"metrics": {"api_key": "short"}})
+
+
+def test_metrics_listen_flag() -> None:
+    cfg = load_config(None, ["http://x:1"], None, None, "0.0.0.0:9090")
+    assert cfg.metrics.listen is not None
+    assert (cfg.metrics.listen.host, cfg.metrics.listen.port) == ("0.0.0.0", 9090)
+    for bad in ("9090", "host:", "host:port"):
+        with pytest.raises(UserError, match="--metrics-listen"):
+            load_config(None, ["http://x:1"], None, None, bad)
