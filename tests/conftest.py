@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +198,44 @@ async def raw_backend(
         yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     finally:
         server.close()
+
+
+@dataclass
+class StreamAnswer:
+    """What a streaming client got from /v1/completions: each text chunk's arrival."""
+
+    sent: float  # time.monotonic() when it was sent
+    status: int = 0
+    times: list[float] = field(default_factory=list)  # each chunk with text, as it arrived
+    errors: int = 0  # in-band error events
+    done: bool = False  # `data: [DONE]` arrived
+    text: str = ""
+
+    @property
+    def tokens(self) -> int:
+        return len(self.times)
+
+
+async def read_stream(session: Any, url: str, body: dict[str, Any]) -> StreamAnswer:
+    """POSTs `body` (a streamed completion) to `url`/v1/completions with an aiohttp
+    `session` and reads the SSE answer to its end."""
+    out = StreamAnswer(time.monotonic())
+    async with session.post(url + "/v1/completions", json=body) as resp:
+        out.status = resp.status
+        if resp.status != 200:
+            await resp.read()
+            return out
+        async for line in resp.content:
+            if not line.startswith(b"data: "):
+                continue
+            data = line[6:].strip()
+            if data == b"[DONE]":
+                out.done = True
+            elif b'"error"' in data:
+                out.errors += 1
+            else:
+                for c in json.loads(data)["choices"]:
+                    if c.get("text"):
+                        out.times.append(time.monotonic())
+                        out.text += c["text"]
+    return out

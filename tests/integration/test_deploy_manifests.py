@@ -168,6 +168,25 @@ def test_gateway_configs_are_configs_the_gateway_accepts(
     assert fleet_block.redis.replicas == 2
 
 
+def test_prometheus_scrapes_the_gateways_metrics_listener(checked: tree.TreeCheck) -> None:
+    """ServiceMonitor port -> Service port -> container port = `metrics.listen`, a port
+    clients are not routed to (the gateway's own port then serves no /metrics)."""
+    for name in ("single-engine", "fleet-keda", "fleet-predictive"):
+        docs = checked.rendered[name]
+        cfg = GatewayConfig.from_dict(gateway_config(docs))
+        assert cfg.metrics.listen is not None and cfg.metrics.listen.port != cfg.listen.port
+        monitor = objects(docs, "ServiceMonitor")[0]["spec"]["endpoints"][0]
+        service = next(d for d in objects(docs, "Service")
+                       if d["metadata"]["name"] == "burstguard-gateway")  # fmt: skip
+        port = {p["name"]: p for p in service["spec"]["ports"]}[monitor["port"]]
+        gw = next(d for d in objects(docs, "Deployment")
+                  if d["metadata"]["name"] == "burstguard-gateway")  # fmt: skip
+        container = {p["name"]: p["containerPort"]
+                     for p in gw["spec"]["template"]["spec"]["containers"][0]["ports"]}  # fmt: skip
+        assert container[port["targetPort"]] == cfg.metrics.listen.port, name
+        assert monitor["path"] == "/metrics"
+
+
 def test_slo_rules_use_the_configs_targets_and_real_bucket_bounds(checked: tree.TreeCheck) -> None:
     cfg = GatewayConfig.from_dict(gateway_config(checked.rendered["single-engine"]))
     targets = {c.name: c.ttft_target_s for c in cfg.classes if c.ttft_target_s}

@@ -18,16 +18,18 @@ import json
 import os
 import signal
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
 import openai
+import pytest
 from tests.conftest import assert_openai_chat_works, start_emulator
 from tests.envoy_epp import envoy_binary, start_envoy, start_epp
 
-from burstguard.procs import ManagedProcess
+from burstguard.procs import ManagedProcess, free_port
 from burstguard.scrape import parse_metrics
 
 MODEL = "llama3-8b-h100"
@@ -59,6 +61,11 @@ class Stack:
     @property
     def urls(self) -> list[str]:
         return [e.base_url for e in self.emulators]  # type: ignore[attr-defined]
+
+    @property
+    def names(self) -> list[str]:
+        """Their `backend` labels: backend-<i>, by the order of the --backend flags."""
+        return [f"backend-{i}" for i in range(len(self.emulators))]
 
     @property
     def picker(self) -> str:
@@ -123,7 +130,7 @@ def test_the_openai_sdk_streams_through_envoy_to_the_picked_emulators(tmp_path: 
         # every request went through the core, to an emulator it picked, and was counted
         assert m['llm_request_total{class="standard",outcome="completed"}'] == 8
         assert m['llm_request_total{class="interactive",outcome="completed"}'] == 2
-        routed = [m.get(f'burstguard_backend_routed_total{{backend="{u}"}}', 0) for u in s.urls]
+        routed = [m.get(f'burstguard_backend_routed_total{{backend="{n}"}}', 0) for n in s.names]
         assert sum(routed) == 10 and min(routed) >= 1, routed
         served = [metrics(u).get('vllm:request_success_total{finished_reason="length",'
                                  f'model_name="{MODEL}"}}', 0) for u in s.urls]  # fmt: skip
@@ -208,15 +215,15 @@ def test_a_killed_replica_is_not_picked(tmp_path: Path) -> None:
         victim.proc.wait(timeout=10)
         # three failed /health probes (0.25 s apart) open its circuit; a request picked
         # before that gets Envoy's 503 (no failover in EPP mode without fallbacks)
-        key = f'burstguard_backend_healthy{{backend="{s.urls[0]}"}}'
+        key = f'burstguard_backend_healthy{{backend="{s.names[0]}"}}'
         assert wait_for(s.picker, key, 0.0) == 0.0
-        before = metrics(s.picker).get(f'burstguard_backend_routed_total{{backend="{s.urls[0]}"}}')
+        before = metrics(s.picker).get(f'burstguard_backend_routed_total{{backend="{s.names[0]}"}}')
         for _ in range(10):
             out = client.completions.create(model=MODEL, prompt="hello", max_tokens=3)
             assert out.usage is not None and out.usage.completion_tokens == 3
         m = metrics(s.picker)
-        assert m.get(f'burstguard_backend_routed_total{{backend="{s.urls[0]}"}}') == before
-        assert m[f'burstguard_backend_routed_total{{backend="{s.urls[1]}"}}'] >= 10
+        assert m.get(f'burstguard_backend_routed_total{{backend="{s.names[0]}"}}') == before
+        assert m[f'burstguard_backend_routed_total{{backend="{s.names[1]}"}}'] >= 10
 
 
 def test_a_client_that_hangs_up_frees_its_slot(tmp_path: Path) -> None:
@@ -259,3 +266,21 @@ def test_a_client_that_hangs_up_frees_its_slot(tmp_path: Path) -> None:
         while metrics(s.urls[0]).get(running, 0) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert metrics(s.urls[0]).get(running, 0) == 0
+
+
+def test_the_pickers_metrics_need_the_metrics_key_and_name_no_address(tmp_path: Path) -> None:
+    """`metrics.api_key` guards the picker's /metrics as the gateway's; its `backend`
+    labels are names. The picker alone (no Envoy needed): /metrics is its own HTTP port."""
+    key = "metrics-key-epp-000001"
+    backend = f"http://127.0.0.1:{free_port()}"  # nothing there: the label is enough
+    with start_epp(tmp_path, [backend], {"metrics": {"api_key": key}}) as epp:
+        url = epp.base_url + "/metrics"  # type: ignore[attr-defined]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url, timeout=5)
+        assert refused.value.code == 401
+        assert json.loads(refused.value.read())["error"]["code"] == "invalid_api_key"
+        ask = urllib.request.Request(url, headers={"authorization": f"Bearer {key}"})
+        with urllib.request.urlopen(ask, timeout=5) as resp:
+            body = resp.read().decode()
+    assert 'burstguard_backend_up{backend="backend-0"}' in body
+    assert backend.removeprefix("http://") not in body and "http://" not in body

@@ -17,11 +17,10 @@ import json
 import os
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
-from tests.conftest import start_emulator, start_fleet_gateway
+from tests.conftest import StreamAnswer, read_stream, start_emulator, start_fleet_gateway
 
 from burstguard.procs import http_ok
 from burstguard.scrape import parse_metrics
@@ -30,34 +29,6 @@ CONFIG = {
     "classes": [{"name": "standard", "rank": 0, "queue_deadline_s": 60.0}],
     "engine_speedup": 4.0,
 }
-
-
-@dataclass
-class Answer:
-    status: int = 0
-    tokens: int = 0
-    errors: int = 0  # in-band error events
-    done: bool = False
-
-
-async def stream(session: aiohttp.ClientSession, url: str, body: dict[str, object]) -> Answer:
-    out = Answer()
-    async with session.post(url + "/v1/completions", json=body) as resp:
-        out.status = resp.status
-        if resp.status != 200:
-            await resp.read()
-            return out
-        async for line in resp.content:
-            if not line.startswith(b"data: "):
-                continue
-            data = line[6:].strip()
-            if data == b"[DONE]":
-                out.done = True
-            elif b'"error"' in data:
-                out.errors += 1
-            else:
-                out.tokens += sum(1 for c in json.loads(data)["choices"] if c.get("text"))
-    return out
 
 
 async def routed(session: aiohttp.ClientSession, gateway: str, backend: str) -> float:
@@ -79,7 +50,7 @@ async def test_a_replica_killed_mid_run(tmp_path: Path) -> None:
     base = gw.base_url  # type: ignore[attr-defined]
     body = {"model": "llama3-8b-h100", "prompt": "hi " * 40, "max_tokens": 48,
             "ignore_eos": True, "stream": True}  # fmt: skip
-    tasks: list[asyncio.Task[Answer]] = []
+    tasks: list[asyncio.Task[StreamAnswer]] = []
     sends: list[tuple[float, float]] = []  # (time, routed count of the victim)
     died_at = restart_at = back_at = 0.0
     timeout = aiohttp.ClientTimeout(total=60)
@@ -88,12 +59,13 @@ async def test_a_replica_killed_mid_run(tmp_path: Path) -> None:
 
         async def load() -> None:  # an open loop: 25 requests/s until stopped
             while not stop.is_set():
-                tasks.append(asyncio.create_task(stream(session, base, body)))
+                tasks.append(asyncio.create_task(read_stream(session, base, body)))
                 await asyncio.sleep(0.04)
 
         async def watch() -> None:
             while not stop.is_set():
-                sends.append((time.monotonic(), await routed(session, base, victim)))
+                # its label: the first --backend is backend-0 (never its URL)
+                sends.append((time.monotonic(), await routed(session, base, "backend-0")))
                 await asyncio.sleep(0.05)
 
         loader, watcher = asyncio.create_task(load()), asyncio.create_task(watch())

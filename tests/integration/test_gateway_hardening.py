@@ -29,6 +29,7 @@ from burstguard.scrape import metric_sum, parse_metrics
 
 MODEL = "llama3-8b-h100"
 KEY = "key-hardening-0001"
+METRICS_KEY = "metrics-key-hardening-0001"
 MIB = 1 << 20
 RSS_GROWTH_LIMIT = 4 * MIB
 HEALTH_LIMIT_S = 0.100
@@ -521,13 +522,23 @@ def test_6_a_body_the_json_parser_refuses_is_a_400(
 
 
 @pytest.fixture(scope="module")
-def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A gateway with one API key in front of the emulator at 1x."""
+def keyed_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str]]:
+    """A gateway with one API key in front of the emulator at 1x, its /metrics on a second
+    listener behind a metrics key; yields (its address, its metrics listener's, the
+    emulator's)."""
     tmp = tmp_path_factory.mktemp("hardening-keyed")
     with start_emulator(tmp, speedup=1.0) as emu:
-        config = {"api_keys": [{"key": KEY, "tenant": "t", "tier": "standard"}]}
+        metrics_port = free_port()
+        config = {"api_keys": [{"key": KEY, "tenant": "t", "tier": "standard"}],
+                  "metrics": {"listen": {"host": "127.0.0.1", "port": metrics_port},
+                              "api_key": METRICS_KEY}}  # fmt: skip
         with start_gateway(tmp, emu.base_url, config) as gw:  # type: ignore[attr-defined]
-            yield gw.base_url  # type: ignore[attr-defined]
+            yield gw.base_url, f"http://127.0.0.1:{metrics_port}", emu.base_url  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module")
+def keyed(keyed_gateway: tuple[str, str, str]) -> str:
+    return keyed_gateway[0]
 
 
 def test_7_100_continue_comes_in_its_turn_after_the_answers_before_it(keyed: str) -> None:
@@ -789,3 +800,69 @@ def test_10_connect_is_refused_without_the_parsers_internal_text(
         _, out = closed_by_peer(s, 3.0)
     assert status_of(out) in (400, 405), out
     assert b"callback" not in out.lower() and b"httptools" not in out.lower(), out
+
+
+# -- 11: what /metrics and answers tell about the fleet ----------------------------------
+
+
+def get(base: str, path: str, headers: str = "") -> bytes:
+    """One GET on a raw socket: the whole answer, head and body."""
+    with connect(base) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nhost: x\r\n{headers}connection: close\r\n\r\n".encode())
+        return read_until(s, lambda b: False, 5.0)
+
+
+def test_11_metrics_need_the_metrics_key(keyed_gateway: tuple[str, str, str]) -> None:
+    """`metrics.api_key`: 401 in OpenAI's shape without it, or with a client's API key."""
+    _, at, _ = keyed_gateway
+    for headers in ("", f"authorization: Bearer {KEY}\r\n", "authorization: Basic eDp5\r\n"):
+        out = get(at, "/metrics", headers)
+        assert status_of(out) == 401, out[:300]
+        assert error_of(out) == {
+            "message": error_of(out)["message"],
+            "param": None,
+            "type": "authentication_error",
+            "code": "invalid_api_key",
+        }
+        assert b"www-authenticate: Bearer" in out and b"burstguard_" not in out
+    out = get(at, "/metrics", f"authorization: Bearer {METRICS_KEY}\r\n")
+    assert status_of(out) == 200 and b"burstguard_ready_backends 1.0" in out
+
+
+def test_11_the_metrics_listener_serves_them_and_the_client_port_does_not(
+    keyed_gateway: tuple[str, str, str],
+) -> None:
+    """`metrics.listen`: /metrics (and the probes' routes) there, nothing else; the
+    client's listener answers /metrics 404, even with the metrics key."""
+    base, at, _ = keyed_gateway
+    with_key = f"authorization: Bearer {METRICS_KEY}\r\n"
+    assert status_of(get(base, "/metrics", with_key)) == 404
+    assert status_of(get(base, "/health")) == status_of(get(at, "/health")) == 200
+    assert status_of(get(at, "/ready")) == 200
+    for path in ("/v1/models", "/openapi.json"):
+        assert status_of(get(at, path, f"authorization: Bearer {KEY}\r\n")) == 404
+    assert status_of(get(at, "/metrics", with_key)) == 200
+
+
+def test_11_no_backend_address_in_metrics_or_answers(
+    stack: tuple[str, int, Path, str], keyed_gateway: tuple[str, str, str]
+) -> None:
+    """Unauthenticated /metrics labels backends by name; no answer a client can get names
+    the backend's address (plain and streamed completions, models, probes, errors)."""
+    base, _, log, emu = stack
+    where = emu.removeprefix("http://").encode()  # 127.0.0.1:PORT
+    port = b":" + where.rsplit(b":", 1)[1]
+    answers = [_exchange(base, completion(4)), _exchange(base, completion(4, stream=True))]
+    answers += [get(base, p) for p in ("/v1/models", "/ready", "/health", "/openapi.json")]
+    answers.append(_exchange(base, completion(4, model="no-such-model")))  # the backend's 4xx
+    keyed_base = keyed_gateway[0]
+    answers.append(get(keyed_base, "/v1/models", f"authorization: Bearer {KEY}\r\n"))
+    for out in answers:
+        assert status_of(out) < 500, out[:300]
+        assert where not in out and port not in out and b"http://" not in out, out[:300]
+    body = get(base, "/metrics")
+    assert status_of(body) == 200
+    assert b'burstguard_backend_routed_total{backend="backend-0"}' in body
+    assert where not in body and port not in body and b"http://" not in body
+    lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith('{"id"')]
+    assert lines and all(x["backends"] in ([], ["backend-0"]) for x in lines)

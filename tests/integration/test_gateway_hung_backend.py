@@ -20,52 +20,18 @@ import json
 import os
 import signal
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from tests.conftest import start_emulator, start_fleet_gateway
+from tests.conftest import StreamAnswer, read_stream, start_emulator, start_fleet_gateway
 
 from burstguard.core.engine.profile import PROFILES_DIR
 
 FLOOR_S, STALL_S = 2.0, 2.0
 MAX_TOKENS = 300
 MODEL = "smollm2-135m-cpu"
-
-
-@dataclass
-class Answer:
-    sent: float
-    status: int = 0
-    times: list[float] = field(default_factory=list)  # each token's arrival
-    errors: int = 0
-    done: bool = False
-    text: str = ""
-
-
-async def stream(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> Answer:
-    out = Answer(time.monotonic())
-    async with session.post(url + "/v1/completions", json=body) as resp:
-        out.status = resp.status
-        if resp.status != 200:
-            await resp.read()
-            return out
-        async for line in resp.content:
-            if not line.startswith(b"data: "):
-                continue
-            data = line[6:].strip()
-            if data == b"[DONE]":
-                out.done = True
-            elif b'"error"' in data:
-                out.errors += 1
-            else:
-                for c in json.loads(data)["choices"]:
-                    if c.get("text"):
-                        out.times.append(time.monotonic())
-                        out.text += c["text"]
-    return out
 
 
 def log_lines(tmp_path: Path, base: str) -> list[dict[str, Any]]:
@@ -94,10 +60,10 @@ async def test_a_sigstopped_backend_with_20_streams_in_flight(tmp_path: Path, re
     assert victim is not None
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
-            started = [asyncio.create_task(stream(session, base, body)) for _ in range(10)]
+            started = [asyncio.create_task(read_stream(session, base, body)) for _ in range(10)]
             await asyncio.sleep(1.0)  # these hold tokens
             long = {**body, "prompt": "hi " * 3000}  # ~0.5 s of prefill: no first token yet
-            fresh = [asyncio.create_task(stream(session, base, long)) for _ in range(10)]
+            fresh = [asyncio.create_task(read_stream(session, base, long)) for _ in range(10)]
             await asyncio.sleep(0.05)
             os.killpg(victim.pid, signal.SIGSTOP)
             stopped = time.monotonic()
@@ -142,7 +108,9 @@ async def test_a_slow_but_healthy_long_prefill_is_not_cut(tmp_path: Path) -> Non
     slow.start()
     url = slow.base_url  # type: ignore[attr-defined]
 
-    async def run(deadlines: dict[str, float], warm: bool) -> tuple[Answer, list[dict[str, Any]]]:
+    async def run(
+        deadlines: dict[str, float], warm: bool
+    ) -> tuple[StreamAnswer, list[dict[str, Any]]]:
         config = {"classes": [{"name": "standard", "rank": 0}],
                   "backend_deadlines": {"first_token_floor_s": 1.0, **deadlines}}  # fmt: skip
         gw = start_fleet_gateway(tmp_path, [url], config)
@@ -153,9 +121,9 @@ async def test_a_slow_but_healthy_long_prefill_is_not_cut(tmp_path: Path) -> Non
                 if warm:  # the backend's rate is learned from its first answers
                     short = {"model": MODEL, "prompt": "x " * 100, "max_tokens": 4,
                              "stream": True}  # fmt: skip
-                    assert (await stream(session, base, short)).done
+                    assert (await read_stream(session, base, short)).done
                 long = {"model": MODEL, "prompt": "word " * 1500, "max_tokens": 8, "stream": True}
-                answer = await stream(session, base, long)
+                answer = await read_stream(session, base, long)
         finally:
             gw.stop()
         return answer, log_lines(tmp_path, base)

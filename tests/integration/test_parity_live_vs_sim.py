@@ -97,7 +97,8 @@ def test_live_gateway_and_sim_agree_per_request(tmp_path: Path) -> None:
         calm = simulate_gateway(workload, EngineConfig(), profile, gateway, replicas=3)
         assert calm.served_by is not None
         busiest = Counter(calm.served_by.values()).most_common(1)[0][0]
-        k = [b.url for b in gateway.backends].index(busiest)
+        names = gateway.backend_names()  # the sim names replicas as the live log does
+        k = [names(u) for u in gateway.backend_urls()].index(busiest)
         gw = start_fleet_gateway(tmp_path, [], config)
         with gw:
             victim = procs[k].proc.pid  # type: ignore[union-attr]

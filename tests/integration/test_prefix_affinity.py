@@ -50,10 +50,10 @@ async def _run(
                     assert resp.status == 200, await resp.text()
                     await resp.read()
                 after = parse_metrics(await (await session.get(base + "/metrics")).text())
-                moved = [
-                    u for u in urls
-                    if after.get(f'burstguard_backend_routed_total{{backend="{u}"}}', 0.0)
-                    > routed.get(f'burstguard_backend_routed_total{{backend="{u}"}}', 0.0)
+                moved = [  # backend-<i>: the i-th --backend (labels are names, not URLs)
+                    u for i, u in enumerate(urls)
+                    if after.get(f'burstguard_backend_routed_total{{backend="backend-{i}"}}', 0.0)
+                    > routed.get(f'burstguard_backend_routed_total{{backend="backend-{i}"}}', 0.0)
                 ]  # fmt: skip
                 assert len(moved) == 1, moved
                 placed[group].add(moved[0])

@@ -1,4 +1,4 @@
-"""Per-backend metrics with a `backend` label, rendered and parsed back."""
+"""Per-backend metrics with a `backend` label (a name, not a URL), rendered and parsed back."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from burstguard.core.fleet.config import FleetConfig, HealthConfig, RedisConfig
 from burstguard.core.fleet.fleet import Fleet
+from burstguard.core.fleet.names import BackendNames
 from burstguard.core.fleet.router import RouteRequest
 from burstguard.core.fleet.state import BackendState
 from burstguard.live.gateway.fleet_metrics import FleetCollector
@@ -26,9 +27,14 @@ async def test_backend_labelled_metrics() -> None:
         fleet.on_probe(first, False, t)
     shared = SharedState(RedisConfig(url="redis://127.0.0.1:1/0"), "gw")  # never contacted
     registry = CollectorRegistry()
-    registry.register(FleetCollector(fleet, lambda: 2.0, shared))
-    m = parse_metrics(generate_latest(registry).decode())
-    other = B if first == A else A
+    names = BackendNames([(A, None), (B, "b-east")])
+    registry.register(FleetCollector(fleet, lambda: 2.0, shared, names))
+    text = generate_latest(registry).decode()
+    assert "http://" not in text  # the labels are names: no address
+    m = parse_metrics(text)
+    other = names(B if first == A else A)
+    first = names(first)
+    assert {first, other} == {"backend-0", "b-east"}
     assert m[f'burstguard_backend_circuit_state{{backend="{first}"}}'] == 2
     assert m[f'burstguard_backend_healthy{{backend="{other}"}}'] == 1
     assert m[f'burstguard_backend_up{{backend="{first}"}}'] == 0
@@ -37,8 +43,8 @@ async def test_backend_labelled_metrics() -> None:
     assert m[f'burstguard_backend_routed_total{{backend="{first}"}}'] == 1
     assert m[f'burstguard_backend_failovers_total{{backend="{first}"}}'] == 1
     assert m[f'burstguard_backend_failures_total{{backend="{first}",reason="connect"}}'] == 1
-    assert m[f'burstguard_backend_metrics_age_seconds{{backend="{A}"}}'] == 1.0
-    assert f'burstguard_backend_metrics_age_seconds{{backend="{B}"}}' not in m
+    assert m['burstguard_backend_metrics_age_seconds{backend="backend-0"}'] == 1.0
+    assert 'burstguard_backend_metrics_age_seconds{backend="b-east"}' not in m
     assert m['burstguard_failover_outcomes_total{outcome="failover"}'] == 1
     assert m["burstguard_ready_backends"] == 1
     assert m["burstguard_shared_state_degraded"] == 0

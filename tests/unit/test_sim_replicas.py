@@ -34,7 +34,8 @@ def steady(n: int = 400, rate: float = 20.0, seed: int = 3) -> Workload:
 def test_requests_spread_over_replicas_and_all_complete() -> None:
     res = simulate_gateway(steady(), ENGINE, H100, GatewayConfig(), replicas=3)
     assert all(r.ok for r in res.records)
-    assert res.routed is not None and set(res.routed) == {replica_id(i) for i in range(3)}
+    # named as the live gateway names 3 `--backend`s (core.fleet.names), not by URL
+    assert res.routed is not None and set(res.routed) == {f"backend-{i}" for i in range(3)}
     shares = [n / 400 for n in res.routed.values()]
     assert all(0.2 < s < 0.47 for s in shares), shares
 
@@ -71,6 +72,6 @@ def test_cli_replicas_needs_a_gateway_and_prints_the_shares(tmp_path: Path) -> N
     argv = [*sim, "--replicas", "3", "--gateway", str(EXAMPLE), "--json", str(out)]
     res = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert "routed: http://replica-0" in res.stdout
+    assert "routed: backend-0" in res.stdout and "http://" not in res.stdout
     routed = json.loads(out.read_text())["gateway"]["routed"]
-    assert sorted(routed) == [replica_id(i) for i in range(3)]
+    assert sorted(routed) == [f"backend-{i}" for i in range(3)]

@@ -1,7 +1,7 @@
 """A local stand-in for an overlay: real processes, the overlay's own config and rules.
 
 Two `burstguard emulate` engines (vLLM's metric names), one `burstguard gateway` started
-with the gateway config the overlay renders (listen address and backend replaced), and a
+with the gateway config the overlay renders (listen addresses and backend replaced), and a
 Prometheus that scrapes all three with the labels prometheus-operator would give them
 (`job`, `pod`) and evaluates the overlay's PrometheusRule. `burst` drives traffic through
 the gateway to the first engine and straight to the second (one backend per gateway).
@@ -80,14 +80,19 @@ def running(
         # the live autoscaler core (as in the fleet-predictive overlay), so that the
         # queries over its burstguard_desired_replicas are checked against real data too
         cfg.setdefault("autoscaler", {"policy": "predictive"})
+        scrape_url = gw_url = f"http://127.0.0.1:{gw_port}"
+        if cfg.get("metrics", {}).get("listen") is not None:  # Prometheus scrapes that port
+            metrics_port = free_port()
+            cfg["metrics"] = {**cfg["metrics"], "listen": {"host": "127.0.0.1",
+                                                           "port": metrics_port}}  # fmt: skip
+            scrape_url = f"http://127.0.0.1:{metrics_port}"
         cfg_path = workdir / "gateway.yaml"
         cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-        gw_url = f"http://127.0.0.1:{gw_port}"
         argv = [*BURSTGUARD, "gateway", "--config", str(cfg_path), "--log-level", "warning"]
         stack.enter_context(
             ManagedProcess(argv, gw_url + "/health", log_path=workdir / "gateway.log")
         )
-        targets = [Target(GATEWAY_JOB, gw_url.removeprefix("http://"), {"pod": "gateway-0"})]
+        targets = [Target(GATEWAY_JOB, scrape_url.removeprefix("http://"), {"pod": "gateway-0"})]
         targets += [
             Target(ENGINE_JOB, u.removeprefix("http://"), {"pod": f"engine-{i}"})
             for i, u in enumerate(engines)

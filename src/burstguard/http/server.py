@@ -706,15 +706,11 @@ class HttpServer:
         queued), `on_deadline()` at the drain's end, before the connections close (the
         gateway ends the streams still open with an error event); answers written then
         are flushed first. From the stop on every answer says `connection: close`."""
-        self.loop = asyncio.get_running_loop()
-        self.flusher = Flusher(self.loop, self._flush_interval_s)
         stop = asyncio.Event()
+        server = await self.listen(host, port)
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 self.loop.add_signal_handler(sig, stop.set)
-        server = await self.loop.create_server(
-            lambda: HttpConnection(self), host, port, backlog=2048, reuse_address=True
-        )
         on_ready()
         try:
             await stop.wait()
@@ -733,3 +729,19 @@ class HttpServer:
                 await asyncio.sleep(0.2)  # the last answers and error events go out
             for conn in list(self.connections):
                 conn.close()
+
+    async def listen(self, host: str, port: int) -> asyncio.Server:
+        """Accepts on host:port. `serve` calls it; alone it makes a side listener (the
+        gateway's /metrics port) that lives as long as the caller keeps it: `close` it."""
+        self.loop = asyncio.get_running_loop()
+        self.flusher = Flusher(self.loop, self._flush_interval_s)
+        return await self.loop.create_server(
+            lambda: HttpConnection(self), host, port, backlog=2048, reuse_address=True
+        )
+
+    def close(self, server: asyncio.Server) -> None:
+        """Stops a side listener: no new connections, the open ones closed."""
+        server.close()
+        self.closing = True
+        for conn in list(self.connections):
+            conn.close()

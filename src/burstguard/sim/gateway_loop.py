@@ -56,6 +56,7 @@ from burstguard.core.engine.core import (
 from burstguard.core.engine.profile import Profile
 from burstguard.core.fleet.config import RouterConfig
 from burstguard.core.fleet.fleet import Fleet
+from burstguard.core.fleet.names import BackendNames
 from burstguard.core.gateway.api import BadRequest
 from burstguard.core.gateway.classify import Classifier
 from burstguard.core.gateway.config import GatewayConfig
@@ -112,11 +113,11 @@ class GatewaySimResult(SimResult):
 
     gateway: GatewayStats | None = None
     reprefill_tokens: int = 0
-    routed: dict[str, int] | None = None  # replica -> requests sent to it (failovers incl.)
+    routed: dict[str, int] | None = None  # its name -> requests sent to it (failovers incl.)
     failovers: dict[str, int] | None = None  # the fleet's answers to failures, by outcome
     scaling: dict[str, Any] | None = None  # `ScalingDriver.summary`, with an autoscaler
     quota_refused: dict[str, list[int]] | None = None  # tenant -> [requests, tokens] refused
-    served_by: dict[str, str] | None = None  # request id -> the replica it was last sent to
+    served_by: dict[str, str] | None = None  # request id -> the name of its last replica
 
 
 def _next_on_grid(t: float, period: float) -> float:
@@ -171,8 +172,13 @@ class _GatewaySim:
         # a config that lists exactly this many backends names them (the router's ring
         # places keys by name, so a simulated fleet of those backends routes as the live
         # one); otherwise the replicas are numbered
-        named = [b.url for b in gateway.backends]
+        named = list(gateway.backend_urls())
         self.ids = named if len(named) == replicas else [replica_id(i) for i in range(replicas)]
+        # what the summary calls them: the live gateway's names (`core.fleet.names`) for
+        # the config's backends, else backend-<i> as for that many `--backend` flags;
+        # replicas an autoscaler adds later are named as discovered ones
+        self.names = gateway.backend_names() if self.ids == named else BackendNames(
+            ((r, None) for r in self.ids), by_url=gateway.backend_labels == "url")  # fmt: skip
         for i, url in enumerate(self.ids):
             own = None if replica_profiles is None else replica_profiles[i]
             self.replicas.add_replica(url, 0.0, own)
@@ -520,8 +526,8 @@ class _GatewaySim:
             series=None if self.recorder is None else self.recorder.series(end),
             gateway=self.gw.stats,
             reprefill_tokens=self.reprefill_tokens,
-            routed=dict(self.routed),
-            served_by=dict(self.where),
+            routed={self.names(r): n for r, n in self.routed.items()},
+            served_by={rid: self.names(r) for rid, r in self.where.items()},
             failovers=dict(self.fleet.failover_outcomes),
             prefix_cache=self.replicas.prefix_cache,
             scaling=None if self.scaler is None else self.scaler.summary(end),

@@ -54,6 +54,18 @@ class KeyAuthenticator:
         return found
 
 
+def check_bearer(authorization: str | None, key: str | None) -> None:
+    """AuthError unless `authorization` is `Bearer <key>` (`key` None: nothing is
+    required). For /metrics (`metrics.api_key`): one key, no tenant, no `x-api-key`."""
+    if key is None:
+        return
+    presented = _bearer(authorization)
+    if not presented:
+        raise AuthError("missing metrics key: send 'Authorization: Bearer <key>'")
+    if not hmac.compare_digest(key.encode(), presented.encode()):
+        raise AuthError("invalid metrics key")
+
+
 def _bearer(authorization: str | None) -> str | None:
     if not authorization:
         return None

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from burstguard.core.fleet.config import BackendOptions, FleetConfig, check_backend_urls
+from burstguard.core.fleet.names import BackendNames
 from burstguard.errors import BurstguardError, ConfigError, describe_validation_error
 from burstguard.wire import headers
 
@@ -31,6 +32,11 @@ class BackendConfig(BackendOptions):
     """One upstream engine (vLLM, SGLang, llama.cpp or the emulator) listed by URL."""
 
     url: str = Field(min_length=1, description="base URL, e.g. http://127.0.0.1:8000")
+    name: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$",
+        description="what metrics and logs call it (default: backend-<its place in the "
+        "list>); never its address unless `backend_labels: url`",
+    )  # fmt: skip
     metrics_url: str | None = Field(None, description="Prometheus /metrics (None: url/metrics)")
 
 
@@ -150,6 +156,20 @@ class ClassConfig(_Strict):
 class ListenConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
+
+
+class MetricsConfig(_Strict):
+    """Who may read /metrics (docs/gateway.md, "Metrics"): on the main listener by
+    default, open; `listen` moves it to a second listener (the main one then answers
+    404), `api_key` makes it require `Authorization: Bearer <key>` wherever it is served."""
+
+    listen: ListenConfig | None = Field(
+        None, description="a second listener serving only /metrics, /health and /ready "
+        "(for Prometheus inside the cluster); the main listener then has no /metrics",
+    )  # fmt: skip
+    api_key: str | None = Field(
+        None, min_length=16, description="the bearer key /metrics requires (401 without it)"
+    )
 
 
 class LimitsConfig(_Strict):
@@ -405,6 +425,12 @@ class GatewayConfig(_Strict):
         "so the sim and the live gateway read this file the same way",
     )
     log_requests: bool = Field(True, description="one JSON log line per request")
+    metrics: MetricsConfig = MetricsConfig()
+    backend_labels: Literal["name", "url"] = Field(
+        "name", description="how /metrics, logs and summaries call a backend: its name "
+        "(`backends[].name`, else backend-<i>, discovered ones backend-<hash>), or `url` "
+        "(its address: only where whoever reads them may know it)",
+    )  # fmt: skip
     drain_s: float = Field(
         10.0, gt=0, description="wall seconds a stopping gateway (SIGTERM) lets in-flight "
         "answers finish; what is queued and cannot finish by then is answered 503 at once; "
@@ -428,6 +454,14 @@ class GatewayConfig(_Strict):
     @model_validator(mode="after")
     def _check(self) -> GatewayConfig:
         check_backend_urls([b.url for b in self.backends], "backends")  # duplicates
+        labels = self.backend_names().all(self.backend_urls())
+        for i, label in enumerate(labels):
+            if label in labels[:i]:
+                raise ValueError(f"backends.{i}: the name {label!r} is taken; name each once")
+        listen = self.metrics.listen
+        if listen is not None and (listen.host, listen.port) == (self.listen.host,
+                                                                 self.listen.port):  # fmt: skip
+            raise ValueError("metrics.listen: the same address as listen; give another port")
         names = [c.name for c in self.classes]
         if len(set(names)) != len(names):
             raise ValueError(f"classes: duplicate class names in {names}")
@@ -461,6 +495,11 @@ class GatewayConfig(_Strict):
     def backend_urls(self) -> tuple[str, ...]:
         """The static backends' normalised URLs (the fleet's names for them)."""
         return check_backend_urls([b.url for b in self.backends], "backends")
+
+    def backend_names(self) -> BackendNames:
+        """What metrics and logs call each backend (`core.fleet.names`)."""
+        return BackendNames(zip(self.backend_urls(), (b.name for b in self.backends),
+                                strict=True), by_url=self.backend_labels == "url")  # fmt: skip
 
     def backend_config(self, url: str) -> BackendConfig:
         """The settings of backend `url`, the one place they are read from: its static

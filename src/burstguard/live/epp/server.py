@@ -61,7 +61,7 @@ from burstguard.core.gateway.api import (
     GenerationRequest,
     parse_request,
 )
-from burstguard.core.gateway.auth import AuthError, KeyAuthenticator
+from burstguard.core.gateway.auth import AuthError, KeyAuthenticator, check_bearer
 from burstguard.core.gateway.classify import Classifier
 from burstguard.core.gateway.config import GatewayConfig
 from burstguard.core.gateway.core import TICK_S, GatewayCore
@@ -138,6 +138,9 @@ def epp_config(config: GatewayConfig) -> tuple[GatewayConfig, list[str]]:
         )
         fleet = fleet.model_copy(update={"discovery": discovery})
     update: dict[str, object] = {"classes": classes, "backends": backends, "fleet": fleet}
+    if config.metrics.listen is not None:
+        notes.append("metrics.listen is not used in EPP mode: /metrics is on epp.metrics_port "
+                     "(metrics.api_key applies there)")  # fmt: skip
     if config.backend_deadlines.enabled:
         notes.append("backend_deadlines are off in EPP mode (Envoy holds the upstream: its "
                      "route timeouts bound a hung backend)")  # fmt: skip
@@ -202,7 +205,8 @@ class EndpointPicker:
         self.classifier = Classifier(config)
         self.prompt_counters = ModelCounters(config.prompt_tokenizer)
         self.metrics = GatewayMetrics(lambda: core_snapshot(self.core), self._clock)
-        self.metrics.registry.register(FleetCollector(self.fleet, self._clock, None))
+        self.names = config.backend_names()
+        self.metrics.registry.register(FleetCollector(self.fleet, self._clock, None, self.names))
         self.health = health_aio.HealthServicer()
         self._waiting: dict[str, asyncio.Future[Effect]] = {}
         self._session: aiohttp.ClientSession | None = None
@@ -294,7 +298,7 @@ class EndpointPicker:
                 self.monitor.forget(effect.backend)
             return
         if isinstance(effect, Circuit):
-            log.warning("backend %s: circuit %s", effect.backend, effect.state)
+            log.warning("backend %s: circuit %s", self.names(effect.backend), effect.state)
             return
         if isinstance(effect, Abort):  # never: `epp_config` turns backend_deadlines off
             return
@@ -602,6 +606,13 @@ class EndpointPicker:
 
     async def _http(self, req: HttpRequest, resp: Responder) -> None:
         if req.path == "/metrics":
+            try:  # the gateway's rule: `metrics.api_key` where one is set
+                check_bearer(req.headers.get("authorization"), self.config.metrics.api_key)
+            except AuthError as exc:
+                resp_headers = (("www-authenticate", "Bearer"),)
+                send_error(resp, 401, str(exc), "authentication_error", "invalid_api_key",
+                           resp_headers)  # fmt: skip
+                return
             resp.send(200, self.metrics.render(), [("content-type", CONTENT_TYPE)])
         elif req.path == "/health":
             resp.send(200, b'{"status":"ok"}', [("content-type", "application/json")])

@@ -14,12 +14,14 @@ if TYPE_CHECKING:
 
 
 def load_config(
-    config: Path | None, backends: list[str] | None, host: str | None, port: int | None
-) -> GatewayConfig:
+    config: Path | None, backends: list[str] | None, host: str | None, port: int | None,
+    metrics_listen: str | None = None,
+) -> GatewayConfig:  # fmt: skip
     """The config file (or the defaults) with the command-line flags laid over it.
 
     `--backend URL` (repeatable) replaces the config's list of backends: the first keeps
-    the first entry's settings (timeouts, resume), the others copy them."""
+    the first entry's settings (timeouts, resume), the others copy them. `--metrics-listen
+    HOST:PORT` sets `metrics.listen`."""
     from burstguard.core.fleet.config import check_backend_urls
     from burstguard.core.gateway.config import GatewayConfig
 
@@ -40,6 +42,13 @@ def load_config(
     if port is not None:
         listen["port"] = port
     data["listen"] = listen
+    if metrics_listen is not None:
+        at_host, _, at_port = metrics_listen.rpartition(":")
+        if not at_host or not at_port.isdigit():
+            raise UserError(f"--metrics-listen: {metrics_listen!r} is not HOST:PORT")
+        metrics = dict(data.get("metrics", {}))
+        metrics["listen"] = {"host": at_host.strip("[]"), "port": int(at_port)}
+        data["metrics"] = metrics
     cfg = GatewayConfig.from_dict(data, source=source)
     discovery = cfg.fleet.discovery
     if not cfg.backends and discovery.dns is None and discovery.file is None:
@@ -60,6 +69,13 @@ def gateway(
     ] = None,
     host: Annotated[str | None, typer.Option(help="Address to listen on.")] = None,
     port: Annotated[int | None, typer.Option(help="Port to listen on.")] = None,
+    metrics_listen: Annotated[
+        str | None,
+        typer.Option(
+            help="HOST:PORT of a second listener serving only /metrics, /health "
+            "and /ready (the main one then has no /metrics); metrics.listen."
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="Log level of the per-request log.")] = "info",
 ) -> None:
     """Serve the burst-absorbing gateway: queue, order, admit, shed and route over engines."""
@@ -71,7 +87,7 @@ def gateway(
 
     from burstguard.live.gateway.server import Gateway
 
-    cfg = load_config(config, backend, host, port)
+    cfg = load_config(config, backend, host, port, metrics_listen)
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
         raise UserError(f"--log-level: {log_level!r} is not a log level (debug, info, warning)")
@@ -86,9 +102,11 @@ def gateway(
     gw = Gateway(cfg)
 
     def ready() -> None:
-        names = ", ".join(b.url for b in cfg.backends) or "discovered backends"
-        print(f"burstguard gateway on {url} -> {names}; prompt tokens: "
-              f"{gw.prompt_counters.describe()}", flush=True)  # fmt: skip
+        names = ", ".join(f"{gw.backend_name(u)}={u}" for u in cfg.backend_urls())
+        at = cfg.metrics.listen
+        metrics = f"; /metrics on http://{at.host}:{at.port}" if at is not None else ""
+        print(f"burstguard gateway on {url} -> {names or 'discovered backends'}; prompt "
+              f"tokens: {gw.prompt_counters.describe()}{metrics}", flush=True)  # fmt: skip
 
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     try:

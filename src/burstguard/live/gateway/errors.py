@@ -166,12 +166,16 @@ def upstream_error(status: int, body: bytes) -> tuple[int, dict[str, Any]]:
     return mapped, {"error": out}
 
 
-def failure_of(exc: UpstreamError) -> Failure:
-    """The failure kind of a failure to talk to the backend (refused, timed out, reset).
-    The details (its address, the OS error) are logged, not told to the client."""
-    log.warning("backend failed: %s", exc)
+def failure_of(exc: UpstreamError, backend: str = "backend") -> Failure:
+    """The failure kind of a failure to talk to `backend` (its name: refused, timed out,
+    reset). The log line names the backend and the failure, not its address (the
+    exception's text holds it); the client is told neither."""
     if isinstance(exc, UpstreamTimeout):
-        return Failure.TIMEOUT
-    if isinstance(exc, Unreachable):
-        return Failure.REFUSED
-    return Failure.RESET
+        failure = Failure.TIMEOUT
+    elif isinstance(exc, Unreachable):
+        failure = Failure.REFUSED
+    else:
+        failure = Failure.RESET
+    cause = type(exc.__cause__ or exc).__name__
+    log.warning("backend %s failed: %s (%s)", backend, failure.reason, cause)
+    return failure

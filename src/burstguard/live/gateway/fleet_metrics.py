@@ -1,4 +1,5 @@
-"""Per-backend Prometheus metrics (label `backend`), read from the fleet at scrape time.
+"""Per-backend Prometheus metrics (label `backend`: its name, not its URL), read from the
+fleet at scrape time.
 
 Register `FleetCollector` on the gateway's registry: every figure comes from
 `Fleet.stats` (and the shared state's flags) when /metrics is read, so it can never drift
@@ -14,16 +15,20 @@ from prometheus_client.registry import Collector
 
 from burstguard.core.fleet.fleet import Fleet
 from burstguard.core.fleet.health import CIRCUIT_CODES
+from burstguard.core.fleet.names import BackendNames
 from burstguard.live.gateway.shared_state import SharedState
 
 
 class FleetCollector(Collector):
     def __init__(
-        self, fleet: Fleet, clock: Callable[[], float], shared: SharedState | None = None
-    ) -> None:
+        self, fleet: Fleet, clock: Callable[[], float], shared: SharedState | None = None,
+        names: Callable[[str], str] | None = None,
+    ) -> None:  # fmt: skip
+        """`names`: each backend's label (`core.fleet.names`: never its URL by default)."""
         self._fleet = fleet
         self._clock = clock
         self._shared = shared
+        self._names = names or BackendNames(())
 
     def collect(self) -> Iterator[Metric]:
         now = self._clock()
@@ -55,7 +60,7 @@ class FleetCollector(Collector):
             labels=[*lb, "reason"],
         )
         for s in stats:
-            b = [s.url]
+            b = [self._names(s.url)]
             up.add_metric(b, float(s.up))
             healthy.add_metric(b, float(s.healthy))
             circuit.add_metric(b, CIRCUIT_CODES[s.circuit])
@@ -69,7 +74,7 @@ class FleetCollector(Collector):
             routed.add_metric(b, s.routed)
             failovers.add_metric(b, s.failovers)
             for reason, n in s.failures.items():
-                failures.add_metric([s.url, reason], n)
+                failures.add_metric([*b, reason], n)
         yield from (up, healthy, circuit, active, in_flight, tokens, age, speed, routed, failovers)
         yield failures
         outcomes = CounterMetricFamily(

@@ -51,6 +51,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -66,7 +67,7 @@ from burstguard.core.gateway.api import (
     openapi_schema,
     parse_request,
 )
-from burstguard.core.gateway.auth import AuthError, Identity, KeyAuthenticator
+from burstguard.core.gateway.auth import AuthError, Identity, KeyAuthenticator, check_bearer
 from burstguard.core.gateway.classify import Classifier
 from burstguard.core.gateway.config import AutoscalerConfig, GatewayConfig
 from burstguard.core.gateway.core import PROGRESS_S, TICK_S, GatewayCore
@@ -181,7 +182,10 @@ class Gateway:
         self.prompt_counters = ModelCounters(config.prompt_tokenizer)
         self.metrics = GatewayMetrics(self._snapshot, self._clock)
         self.shared = SharedState(config.fleet.redis) if config.fleet.redis.url else None
-        self.metrics.registry.register(FleetCollector(self.fleet, self._clock, self.shared))
+        self.names = config.backend_names()
+        self.metrics.registry.register(
+            FleetCollector(self.fleet, self._clock, self.shared, self.names)
+        )
         self.scaler = self._scaler(config.autoscaler)
         self._waiting: dict[str, asyncio.Future[Effect]] = {}
         self._running: dict[str, _Exchange] = {}
@@ -205,6 +209,10 @@ class Gateway:
             "/metrics": ("GET", self.metrics_endpoint),
             "/openapi.json": ("GET", self.openapi),
         }
+        # `metrics.listen`: /metrics moves to its own listener (with the probes' routes)
+        self._metrics_routes = {p: self._routes[p] for p in ("/metrics", "/health", "/ready")}
+        if config.metrics.listen is not None:
+            del self._routes["/metrics"]
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -215,8 +223,10 @@ class Gateway:
                             limits=self.config.limits, check_head=self._check_head,
                             on_limit=self.metrics.limit_tripped,
                             flush_interval_s=self.config.stream_flush_ms / 1e3)  # fmt: skip
+        side: tuple[HttpServer, asyncio.Server] | None = None
         try:
             await self.start()
+            side = await self._metrics_listener()
         except BaseException:
             await self.stop()
             raise
@@ -231,7 +241,22 @@ class Gateway:
                                drain_s=self.config.drain_s, on_stop=self._draining,
                                on_deadline=self._drained)  # fmt: skip
         finally:
+            if side is not None:
+                side[0].close(side[1])
             await self.stop()
+
+    async def _metrics_listener(self) -> tuple[HttpServer, asyncio.Server] | None:
+        """`metrics.listen`'s server: /metrics, /health, /ready (None: not configured)."""
+        at = self.config.metrics.listen
+        if at is None:
+            return None
+        server = HttpServer(partial(self.handle, routes=self._metrics_routes), self._refuse,
+                            max_body_bytes=1024, limits=self.config.limits)  # fmt: skip
+        try:
+            return server, await server.listen(at.host, at.port)
+        except OSError as exc:
+            where = f"{at.host}:{at.port}"
+            raise ConfigError(f"metrics.listen: cannot listen on {where}: {exc}") from exc
 
     def _draining(self, drain_s: float) -> None:
         """SIGTERM: the core answers what cannot finish in the drain (503 shutdown)."""
@@ -315,8 +340,8 @@ class Gateway:
         return pool
 
     def backend_name(self, url: str) -> str:
-        """How logs and metrics name `url` (see `FleetCollector`)."""
-        return url
+        """What logs and metrics call backend `url` (`core.fleet.names`)."""
+        return self.names(url)
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -436,9 +461,12 @@ class Gateway:
 
     # -- routing --------------------------------------------------------------------
 
-    async def handle(self, req: HttpRequest, resp: Responder) -> None:
-        """Every request the server parsed: route it, or 404 / 405."""
-        route = self._routes.get(req.path)
+    async def handle(
+        self, req: HttpRequest, resp: Responder, routes: dict[str, tuple[str, Route]] | None = None
+    ) -> None:
+        """Every request the server parsed: route it (by `routes`, default the main
+        listener's), or 404 / 405."""
+        route = (self._routes if routes is None else routes).get(req.path)
         if route is None:
             self._refuse(resp, 404, f"no route {req.path[:200]}", "not_found")
         elif req.method != route[0]:
@@ -699,7 +727,7 @@ class Gateway:
         except UpstreamError as exc:
             if ex.preempted:
                 return
-            failure = failure_of(exc)
+            failure = failure_of(exc, self.backend_name(backend))
             self.metrics.errors.labels(failure.code).inc()
             self._backend_failed(ex, failure, failure.status, failure.error())
         finally:
@@ -843,7 +871,7 @@ class Gateway:
                 "status": ex.status or None, "queue_wait_s": _round(ex.queue_wait_s),
                 "ttft_s": _round(ex.ttft_s), "prompt_tokens": ex.prompt_tokens,
                 "output_tokens": ex.output_tokens, "preemptions": ex.preemptions,
-                "backends": ex.backends, "failover_resumes": ex.resumed_on_failover,
+                "backends": self.names.all(ex.backends), "failover_resumes": ex.resumed_on_failover,
                 "duration_s": _round(self._clock() - ex.arrival),
             }).decode())  # fmt: skip
 
@@ -871,7 +899,7 @@ class Gateway:
                 ctype = up.headers.get("content-type", "application/json")
                 status = up.status
         except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("backend failed: %s: %s", type(exc).__name__, exc)
+            log.warning("backend %s failed: %s", self.backend_name(base), type(exc).__name__)
             message = "the backend is unreachable"
             send_error(resp, 503, message, "upstream_error", "backend_unreachable")
             return
@@ -896,6 +924,11 @@ class Gateway:
             send_error(resp, 503, message, "upstream_error", "backend_unreachable")
 
     async def metrics_endpoint(self, req: HttpRequest, resp: Responder) -> None:
+        """The Prometheus text; 401 without `metrics.api_key` where one is set."""
+        try:
+            check_bearer(req.headers.get("authorization"), self.config.metrics.api_key)
+        except AuthError as exc:
+            return self._refuse(resp, 401, str(exc), "invalid_api_key")
         resp.send(200, self.metrics.render(), [("content-type", CONTENT_TYPE)])
 
     async def openapi(self, req: HttpRequest, resp: Responder) -> None:
