@@ -118,14 +118,14 @@ def test_agent_fan_out_live_matches_the_sim(tmp_path: Path) -> None:
             steps.setdefault(spec.after, []).append(spec.id)
     assert steps and all(len(calls) == 4 for calls in steps.values()), steps
     for before, calls in steps.items():
-        done = max(records[b].scheduled_s + (records[b].e2e_s or 0.0) for b in before)
-        for rid in calls:  # sent when the step before had all answered, plus the think
+        done = max((records[b].sent_s or 0.0) + (records[b].e2e_s or 0.0) for b in before)
+        for rid in calls:  # released when the step before had all answered, plus the think
             rec, spec = records[rid], specs[rid]
             assert rec.scheduled_s is not None and rec.sent_s is not None
-            expected = max(spec.arrival_s, done + spec.think_s)
-            assert abs(rec.scheduled_s - expected) <= 1e-3, (rid, rec.scheduled_s, expected)
+            expected = max(spec.arrival_s, done + spec.think_s)  # (engine s: 0.5 ms at 10x)
+            assert abs(rec.scheduled_s - expected) <= 5e-3, (rid, rec.scheduled_s, expected)
         sent = [records[rid].sent_s or 0.0 for rid in calls]
-        assert max(sent) - min(sent) <= 0.05, (calls, sent)  # fired together
+        assert max(sent) - min(sent) <= 0.05, (calls, sent)  # fired together (5 ms)
     hits = live["prefix_cache"]["hit_rate"], sim["prefix_cache"]["hit_rate"]
     print(f"agent fan-out: prefix-cache hit rate live {hits[0]:.1%} sim {hits[1]:.1%}")
     assert hits[1] > 0.4 and abs(hits[0] - hits[1]) <= 0.10, hits
