@@ -106,8 +106,8 @@ async def test_affinity_keeps_a_prefix_on_one_backend_and_raises_the_hit_rate(
 # of the request's own, 4 output tokens: prefill is nearly all the work. Each replica's KV
 # cache holds 3/4 of the 24 prefixes: round robin sends every prefix to both replicas and
 # their caches thrash; affinity splits the prefixes between them, each half fits. 200 s of
-# bursts of 6-10 at once (~200 requests), at 10x: 20 s a leg. Measured (docs/gateway.md):
-# live hit 72% vs 54%, TTFT p50 ~1.1 s vs ~1.9 s; the sim agrees.
+# bursts of 6-10 at once (199 requests), at 10x: 20 s a leg. Measured (docs/gateway.md):
+# hit rate 63.7% vs 50.6% (sim 67.0% vs 54.4%), TTFT p50 1.18 s vs 1.76 s (sim 1.04, 1.70).
 SPEEDUP = 10.0
 PROFILE = str(PROFILES_DIR / "smollm2-135m-cpu.yaml")  # the packaged fit, on every machine
 BURST_ENGINE = ["--enable-prefix-caching", "--max-model-len", "512",
