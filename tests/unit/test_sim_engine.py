@@ -122,6 +122,27 @@ def test_prefix_caching_reuses_a_finished_requests_prompt_blocks() -> None:
     core.pool.check()
 
 
+def test_requests_admitted_in_one_step_share_a_prefix_as_vllm_does() -> None:
+    """vLLM caches a request's blocks when it schedules them (`allocate_slots` ->
+    `cache_blocks`), so a request admitted later in the same step reuses them: a burst of
+    four requests over one 1,000-token prefix prefills it once, and the step's cost is one
+    prefix plus four tails, not four prefixes."""
+    prefix = tuple(range(1000 // 16))
+    steps = []
+    for caching in (True, False):
+        core = EngineCore(EngineConfig(enable_prefix_caching=caching), H100)
+        for k in range(4):
+            req = EngineRequest(f"r{k}", 1100, 1, arrival_s=0.0, prefix_hashes=prefix)
+            core.add_request(req, 0.0)
+        steps.append(core.begin_step(0.0))
+        assert len(core.end_step().tokens) == 4  # all four prefilled in this one step
+        assert core.pool.prefix_hits_tokens == (3 * (1000 // 16) * 16 if caching else 0)
+        core.pool.check()
+    shared, alone = steps
+    assert shared is not None and alone is not None
+    assert shared < 0.5 * alone  # ~1,400 tokens computed instead of 4,400
+
+
 def test_priority_policy_serves_lower_value_first() -> None:
     config = EngineConfig(max_num_seqs=1, scheduling_policy="priority")
     core = EngineCore(config, H100)

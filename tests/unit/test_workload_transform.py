@@ -7,7 +7,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from tests.conftest import AZURE_CODE, BURSTGUARD
+from tests.conftest import AZURE_CODE, BURSTGUARD, MOONCAKE_CONV
 
 from burstguard.errors import BurstguardError
 from burstguard.workload.traces import load_workload
@@ -51,6 +51,19 @@ def test_token_scaling_keeps_arrivals_and_the_length_shape(traces_dir: object) -
     assert np.array_equal(w.prompt_tokens, load_workload(AZURE_CODE).prompt_tokens)  # a copy
     with pytest.raises(BurstguardError, match="> 0"):
         scale_tokens(w, prompt=0.0)
+
+
+def test_token_scaling_scales_prefix_blocks_with_the_prompts(traces_dir: object) -> None:
+    """Mooncake's 512-token blocks at 1/16 become 32-token blocks: the hashes stay, so the
+    scaled requests share exactly the blocks the originals share; a scale that cuts a
+    block into a fraction of a token drops them (they would no longer match)."""
+    w = slice_window(load_workload(MOONCAKE_CONV), 0.0, 60.0)
+    assert w.prefix_hashes is not None and w.prefix_block_tokens == 512
+    small = scale_tokens(w, prompt=1 / 16, output=0.1)
+    assert small.prefix_block_tokens == 32 and small.prefix_hashes == w.prefix_hashes
+    assert np.all(np.abs(small.prompt_tokens - w.prompt_tokens / 16) <= 0.5)
+    assert scale_tokens(w, prompt=0.3).prefix_hashes is None
+    assert scale_tokens(w, output=0.5).prefix_block_tokens == 512  # prompts untouched
 
 
 def test_infinite_or_nan_speed_and_scales_are_refused(traces_dir: object) -> None:

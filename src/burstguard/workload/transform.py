@@ -81,7 +81,11 @@ def scale_rate(workload: Workload, speed: float) -> Workload:
 def scale_tokens(workload: Workload, prompt: float = 1.0, output: float = 1.0) -> Workload:
     """Multiplies prompt and output lengths (rounded, at least 1 token): a trace recorded
     on a big deployment, sized to a small engine while keeping its arrivals and the shape
-    of its length distributions. Prefix hashes no longer match scaled prompts: dropped."""
+    of its length distributions. Prefix blocks scale with the prompts where they can: when
+    `prompt` x the block size is a whole number of tokens (a Mooncake trace's 512-token
+    blocks at 1/16: 32 tokens), the hashes stay and name blocks of that size, so the
+    scaled trace shares what the original shares, block for block; otherwise they no
+    longer match the prompts and are dropped."""
     if not (0 < prompt < math.inf and 0 < output < math.inf):
         raise ConfigError(
             f"token scales must be finite numbers > 0, got prompt {prompt}, output {output}"
@@ -89,8 +93,12 @@ def scale_tokens(workload: Workload, prompt: float = 1.0, output: float = 1.0) -
     out = take(workload, np.arange(len(workload)))
     out.prompt_tokens = np.maximum(1, np.rint(workload.prompt_tokens * prompt)).astype(np.int64)
     out.output_tokens = np.maximum(1, np.rint(workload.output_tokens * output)).astype(np.int64)
-    if prompt != 1.0:
-        out.prefix_hashes = None
+    if prompt != 1.0 and out.prefix_hashes is not None:
+        block = workload.prefix_block_tokens * prompt
+        if block >= 1 and abs(block - round(block)) < 1e-9:
+            out.meta["block_tokens"] = round(block)
+        else:
+            out.prefix_hashes = None
     out.meta["token_scale"] = {"prompt": prompt, "output": output}
     return out
 

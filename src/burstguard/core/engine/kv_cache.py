@@ -6,7 +6,10 @@ KVCacheManager / BlockPool:
 
 - a request holds ceil(computed tokens / block_size) blocks and grows one block at a time;
 - allocation fails (the scheduler then preempts or stops admitting) when the pool is short;
-- with prefix caching, a full block whose hash is known is registered; when its last
+- with prefix caching, a full block whose hash is known is registered as soon as a step
+  is scheduled to compute it (vLLM's `allocate_slots` caches up to the tokens scheduled),
+  so a request admitted later in the same step already reuses it: a burst of requests
+  sharing a prefix prefills it once, not once per request of the step. When its last
   holder frees it, it stays cached but evictable (LRU, the tail of a request first) until
   a new allocation needs the space; a new request reuses its longest cached prefix.
 """
@@ -122,12 +125,13 @@ class BlockPool:
             req.num_blocks += need
         return True
 
-    def register_full_blocks(self, req: EngineRequest) -> None:
-        """After a step: makes the request's newly full, hashable blocks cacheable."""
+    def register_full_blocks(self, req: EngineRequest, num_tokens: int) -> None:
+        """When a step is scheduled: makes the request's blocks that are full once it has
+        computed `num_tokens` tokens (those computed so far and this step's) cacheable."""
         if not self.enable_prefix_caching or not req.prefix_hashes:
             return
         start = self._next_hash.get(req.id, 0)
-        end = min(req.num_computed_tokens // self.block_size, len(req.prefix_hashes))
+        end = min(num_tokens // self.block_size, len(req.prefix_hashes))
         if end <= start:
             return
         held = self._held.setdefault(req.id, [])

@@ -77,6 +77,7 @@ class Scheduler:
         scheduled: dict[EngineRequest, int] = {}
         preempted: list[EngineRequest] = []
         running = self.running
+        caching = pool.enable_prefix_caching
         i = 0
         while i < len(running) and budget > 0:  # (the hot loop: attributes read once)
             req = running[i]
@@ -102,6 +103,8 @@ class Scheduler:
             else:
                 scheduled[req] = num_new
                 budget -= num_new
+                if caching:
+                    pool.register_full_blocks(req, done + num_new)
                 i += 1
         started: list[EngineRequest] = []
         if not preempted:
@@ -134,6 +137,7 @@ class Scheduler:
                 break
             if pool.enable_prefix_caching:
                 pool.count_prefix_query(req, len(hits))
+                pool.register_full_blocks(req, req.num_computed_tokens + num_new)
             waiting.pop()
             req.status = RequestStatus.RUNNING
             self.running.append(req)
@@ -168,15 +172,12 @@ class Scheduler:
         tokens: list[tuple[str, int]] = []
         finished: list[EngineRequest] = []
         pool = self.pool
-        caching = pool.enable_prefix_caching
         running_status = RequestStatus.RUNNING
         for req, num_new in batch.entries:
             if req.status is not running_status:
                 continue  # aborted while the step ran
             computed = req.num_computed_tokens + num_new
             req.num_computed_tokens = computed
-            if caching:
-                pool.register_full_blocks(req)
             out = req.num_output_tokens
             if computed >= req.prompt_tokens + out:
                 out += 1
