@@ -10,6 +10,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -43,6 +44,28 @@ def bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
         [*BURSTGUARD, "bench", "--quiet", *args], capture_output=True, text=True,
         timeout=timeout, env={**os.environ, "CI": "true"},
     )  # fmt: skip
+
+
+def hit_rates_live_and_sim(
+    vllm_server: str, workload: Path, out: Path, what: str
+) -> tuple[dict[str, Any], float, float]:
+    """`workload` replayed on real vLLM (completions, its counters scraped) and simulated
+    with the machine's CPU profile and vLLM-CPU's 128-token blocks: the bench summary and
+    the two prefix-cache hit rates."""
+    res = bench("--target", vllm_server, "--workload", str(workload), "--api", "completions",
+                "--scrape-metrics", "--out", str(out))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    summary = read_summary(out / "summary.json")
+    sim_json = out.parent / f"{out.name}-sim.json"
+    sim = subprocess.run([*BURSTGUARD, "sim", "--trace", str(workload), "--profile",
+                          "smollm2-135m-cpu", "--max-model-len", "2048", "--block-size", "128",
+                          "--enable-prefix-caching", "--json", str(sim_json)],
+                         capture_output=True, text=True)  # fmt: skip
+    assert sim.returncode == 0, sim.stderr
+    live, simulated = summary["prefix_cache"]["hit_rate"], read_summary(sim_json)["prefix_cache"]
+    print(f"{what}: prefix-cache hit rate, real vLLM {live:.1%} vs sim "
+          f"{simulated['hit_rate']:.1%}")  # fmt: skip
+    return summary, live, simulated["hit_rate"]
 
 
 def scrape(base: str) -> dict[str, float]:
@@ -374,8 +397,7 @@ def test_conversations_hit_real_vllms_cache_as_they_hit_the_sims(
     previous one + its answer + the new text by vLLM's own token counts (SmolLM2 reads
     each of the prompt's words as one token). vLLM's CPU backend caches 128-token blocks:
     the sim is told so (with 16 it would count 56% here)."""
-    from burstguard.wire.records import read_records
-    from burstguard.workload.traces import load_workload
+    from tests.integration.test_sessions_live_vs_sim import check_turns
 
     workload = tmp_path / "conversations.jsonl"
     done = subprocess.run([*BURSTGUARD, "generate", "poisson", "--rate", "0.5", "--duration",
@@ -384,30 +406,10 @@ def test_conversations_hit_real_vllms_cache_as_they_hit_the_sims(
                            "--out", str(workload)], capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr
     out = tmp_path / "live"
-    res = bench("--target", vllm_server, "--workload", str(workload), "--api", "completions",
-                "--scrape-metrics", "--out", str(out))  # fmt: skip
-    assert res.returncode == 0, res.stderr
-    summary = read_summary(out / "summary.json")
+    summary, live, simulated = hit_rates_live_and_sim(vllm_server, workload, out, "conversations")
     assert summary["prompt_text"]["exact"]
-    sim_json = tmp_path / "sim.json"
-    sim = subprocess.run([*BURSTGUARD, "sim", "--trace", str(workload), "--profile",
-                          "smollm2-135m-cpu", "--max-model-len", "2048", "--block-size", "128",
-                          "--enable-prefix-caching", "--json", str(sim_json)],
-                         capture_output=True, text=True)  # fmt: skip
-    assert sim.returncode == 0, sim.stderr
-    live, simulated = summary["prefix_cache"]["hit_rate"], read_summary(sim_json)["prefix_cache"]
-    print(f"conversations: prefix-cache hit rate, real vLLM {live:.1%} vs sim "
-          f"{simulated['hit_rate']:.1%}")  # fmt: skip
-    assert simulated["hit_rate"] > 0.4 and abs(live - simulated["hit_rate"]) <= 0.10
-    specs = {s.id: s for s in load_workload(workload).specs()}
-    records = {r.id: r for r in read_records(out / "records.jsonl")}
-    assert len(records) == len(specs) and all(r.ok for r in records.values())
-    for spec in specs.values():
-        for before in spec.after:
-            prev, rec = records[before], records[spec.id]
-            new = spec.prompt_tokens - specs[before].prompt_tokens - specs[before].max_tokens
-            grown = (rec.prompt_tokens or 0) - (prev.prompt_tokens or 0)
-            assert grown == (prev.completion_tokens or 0) + new, spec.id
+    assert simulated > 0.4 and abs(live - simulated) <= 0.10
+    check_turns(workload, out, summary["completed"])
 
 
 def mooncake_slice(path: Path) -> None:
@@ -447,19 +449,8 @@ def test_a_mooncake_slice_hits_real_vllms_cache_as_it_hits_the_sims(
     blocks) agree within 10 points."""
     workload = tmp_path / "mooncake.jsonl"
     mooncake_slice(workload)
-    out = tmp_path / "live"
-    res = bench("--target", vllm_server, "--workload", str(workload), "--api", "completions",
-                "--scrape-metrics", "--out", str(out))  # fmt: skip
-    assert res.returncode == 0, res.stderr
-    summary = read_summary(out / "summary.json")
+    summary, live, simulated = hit_rates_live_and_sim(
+        vllm_server, workload, tmp_path / "live", "mooncake slice"
+    )
     assert summary["completed"] == summary["requests"] == 39
-    sim_json = tmp_path / "sim.json"
-    sim = subprocess.run([*BURSTGUARD, "sim", "--trace", str(workload), "--profile",
-                          "smollm2-135m-cpu", "--max-model-len", "2048", "--block-size", "128",
-                          "--enable-prefix-caching", "--json", str(sim_json)],
-                         capture_output=True, text=True)  # fmt: skip
-    assert sim.returncode == 0, sim.stderr
-    live, simulated = summary["prefix_cache"]["hit_rate"], read_summary(sim_json)["prefix_cache"]
-    print(f"mooncake slice: prefix-cache hit rate, real vLLM {live:.1%} vs sim "
-          f"{simulated['hit_rate']:.1%}")  # fmt: skip
-    assert simulated["hit_rate"] > 0.15 and abs(live - simulated["hit_rate"]) <= 0.10
+    assert simulated > 0.15 and abs(live - simulated) <= 0.10
