@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import BURSTGUARD, start_emulator
 
@@ -48,23 +49,29 @@ def check_turns(workload: Path, out: Path, completed: int) -> None:
             assert grown == (prev.completion_tokens or 0) + new, spec.id
 
 
-def test_sessions_live_match_the_sim(tmp_path: Path) -> None:
-    workload = tmp_path / "sessions.jsonl"
-    run("generate", "poisson", *SESSIONS, "--out", str(workload))
-    emulator = start_emulator(  # served as vLLM serves the reference model
+def live_and_sim(
+    tmp_path: Path, workload: Path, out: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`workload` on an emulator with prefix caching, served as vLLM serves the reference
+    model (bench's records in `out`), and in the sim: the two summaries."""
+    emulator = start_emulator(
         tmp_path, "--enable-prefix-caching", "--served-model-name", MODEL_NAME,
         profile=PROFILE, speedup=SPEEDUP,
     )  # fmt: skip
     with emulator:
-        url = emulator.base_url  # type: ignore[attr-defined]
-        out = tmp_path / "live"
-        run("bench", "--quiet", "--target", url, "--workload", str(workload),
+        run("bench", "--quiet", "--target", emulator.base_url, "--workload", str(workload),  # type: ignore[attr-defined]
             "--speedup", str(SPEEDUP), "--scrape-metrics", "--out", str(out))  # fmt: skip
-    live = json.loads((out / "summary.json").read_text())
     sim_json = tmp_path / "sim.json"
     run("sim", "--trace", str(workload), "--profile", PROFILE, "--enable-prefix-caching",
         "--json", str(sim_json))  # fmt: skip
-    sim = json.loads(sim_json.read_text())
+    return json.loads((out / "summary.json").read_text()), json.loads(sim_json.read_text())
+
+
+def test_sessions_live_match_the_sim(tmp_path: Path) -> None:
+    workload = tmp_path / "sessions.jsonl"
+    run("generate", "poisson", *SESSIONS, "--out", str(workload))
+    out = tmp_path / "live"
+    live, sim = live_and_sim(tmp_path, workload, out)
 
     # the served model is SmolLM2: bench sizes the prompts' words by its tokenizer, where
     # installed (the emulator counts with it too); the estimate's words are one token each
@@ -95,19 +102,8 @@ def test_agent_fan_out_live_matches_the_sim(tmp_path: Path) -> None:
     and the records show the calls fired together after the step before."""
     workload = tmp_path / "agents.jsonl"
     run("generate", "poisson", *AGENTS, "--out", str(workload))
-    emulator = start_emulator(
-        tmp_path, "--enable-prefix-caching", "--served-model-name", MODEL_NAME,
-        profile=PROFILE, speedup=SPEEDUP,
-    )  # fmt: skip
-    with emulator:
-        out = tmp_path / "live"
-        run("bench", "--quiet", "--target", emulator.base_url, "--workload", str(workload),  # type: ignore[attr-defined]
-            "--speedup", str(SPEEDUP), "--scrape-metrics", "--out", str(out))  # fmt: skip
-    live = json.loads((out / "summary.json").read_text())
-    sim_json = tmp_path / "sim.json"
-    run("sim", "--trace", str(workload), "--profile", PROFILE, "--enable-prefix-caching",
-        "--json", str(sim_json))  # fmt: skip
-    sim = json.loads(sim_json.read_text())
+    out = tmp_path / "live"
+    live, sim = live_and_sim(tmp_path, workload, out)
 
     specs = {s.id: s for s in load_workload(workload).specs()}
     records = {r.id: r for r in read_records(out / "records.jsonl")}
