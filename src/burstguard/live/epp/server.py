@@ -153,6 +153,7 @@ class _Stream:
     size: int = 0
     decided: bool = False  # the request_headers answer went (or an immediate answer)
     done: bool = False  # answered at once: the stream is over
+    duplex: bool = True  # the response body comes FULL_DUPLEX_STREAMED (else STREAMED)
     ex: _Exchange | None = None
 
 
@@ -257,7 +258,12 @@ class EndpointPicker(CoreShell):
                 if msg is grpc.aio.EOF:
                     break
                 assert isinstance(msg, pb.ProcessingRequest)
-                for answer in await self._on(st, msg):
+                kind = msg.WhichOneof("request")
+                if kind == "response_body":  # most messages: no coroutine on their path
+                    answers = self._response_body(st, msg.response_body)
+                else:
+                    answers = await self._on(st, msg, kind)
+                for answer in answers:
                     await context.write(answer)
         finally:
             ex = st.ex
@@ -269,9 +275,12 @@ class EndpointPicker(CoreShell):
                     self.event(Cancel(ex.rid))
                     self._close(ex)
 
-    async def _on(self, st: _Stream, msg: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
-        kind = msg.WhichOneof("request")
+    async def _on(
+        self, st: _Stream, msg: pb.ProcessingRequest, kind: str | None
+    ) -> list[pb.ProcessingResponse]:
         if kind == "request_headers":
+            if msg.HasField("protocol_config"):  # the modes the gateway's filter set
+                st.duplex = protocol.duplex_response(msg.protocol_config)
             st.headers = protocol.header_map(msg.request_headers.headers)
             st.metadata = msg.metadata_context
             if msg.request_headers.end_of_stream:
@@ -295,8 +304,6 @@ class EndpointPicker(CoreShell):
             return out if st.done else [*out, protocol.trailers_answer("request_trailers")]
         if kind == "response_headers":
             return [self._response_headers(st, msg)]
-        if kind == "response_body":
-            return self._response_body(st, msg.response_body)
         if kind == "response_trailers":
             self._answered(st)
             return [protocol.trailers_answer("response_trailers")]
@@ -440,7 +447,8 @@ class EndpointPicker(CoreShell):
         )
 
     def _response_body(self, st: _Stream, body: pb.HttpBody) -> list[pb.ProcessingResponse]:
-        """Echoes a piece of the answer at once, reading it on the way."""
+        """Echoes a piece of the answer at once, reading it on the way (STREAMED: one
+        answer per piece, the piece replaced only where the relay edited it)."""
         data, end = body.body, body.end_of_stream
         ex = st.ex
         if ex is not None and ex.outcome is None:
@@ -457,6 +465,8 @@ class EndpointPicker(CoreShell):
                 ex.answer_bytes += len(data)
             if end:
                 self._answered(st)
+        if not st.duplex:
+            return [protocol.body_answer("response_body", None if data == body.body else data)]
         if not data and not end:
             return []  # an edited stream's partial event: it goes with the read that ends it
         return list(protocol.streamed_body("response_body", data, end))
