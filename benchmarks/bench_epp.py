@@ -11,8 +11,11 @@ figures are the hop's own cost. Four ways to the same emulator:
 - envoy+epp: the same Envoy with the ext_proc filter (FULL_DUPLEX_STREAMED both bodies)
   to `burstguard epp` and an ORIGINAL_DST cluster on the picked header: what GAIE's
   gateways do;
-- envoy+epp/S (only when asked, `--targets`): the same with the response body STREAMED,
-  the mode comparison of docs/epp.md;
+- envoy+epp/S and envoy+epp/N (only when asked, `--targets`): the same with the response
+  body STREAMED, or NONE (the picker then sees no response piece: no first token, no
+  usage, so it counts every request cancelled at the stream's end; not a mode it supports,
+  measured as the floor of what observing the answer costs): the mode comparison of
+  docs/epp.md;
 - gateway: `burstguard gateway`, the standalone proxy.
 
 Each Envoy runs one worker thread (`--concurrency 1`), as the gateway and the picker are
@@ -26,7 +29,7 @@ all its phases' requests pooled.
 
 Run it alone (it is a timing): flock /work/notes/bench.lock .venv/bin/python
 benchmarks/bench_epp.py [--concurrency 64 256] [--phase-seconds 5] [--rounds 2]
-[--targets envoy envoy+epp envoy+epp/S gateway]
+[--targets envoy envoy+epp envoy+epp/S envoy+epp/N gateway]
 """
 
 from __future__ import annotations
@@ -45,9 +48,10 @@ from burstguard.procs import ManagedProcess, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 ENVOY = REPO / ".venv-envoy" / "bin" / "envoy"
-TARGETS = ("direct", "envoy", "envoy+epp", "envoy+epp/S", "gateway")
+TARGETS = ("direct", "envoy", "envoy+epp", "envoy+epp/S", "envoy+epp/N", "gateway")
 ON_PATH = {"direct": (), "envoy": ("envoy",), "envoy+epp": ("envoy_epp", "epp"),
-           "envoy+epp/S": ("envoy_epp_s", "epp"), "gateway": ("gateway",)}  # fmt: skip
+           "envoy+epp/S": ("envoy_epp_s", "epp"), "envoy+epp/N": ("envoy_epp_n", "epp"),
+           "gateway": ("gateway",)}  # fmt: skip
 
 
 def envoy(
@@ -123,8 +127,8 @@ def main() -> None:
     )
     parser.add_argument("--targets", nargs="+", choices=TARGETS[1:],
                         default=["envoy", "envoy+epp", "gateway"],
-                        help="ways in beside direct (envoy+epp/S: the response body "
-                             "STREAMED instead of FULL_DUPLEX_STREAMED)")  # fmt: skip
+                        help="ways in beside direct (envoy+epp/S, /N: the response body "
+                             "STREAMED, NONE, instead of FULL_DUPLEX_STREAMED)")  # fmt: skip
     args = parser.parse_args()
     args.think_s = 0.0
     if not ENVOY.is_file():
@@ -159,12 +163,15 @@ def main() -> None:
         plain = envoy(tmp, "envoy", None, f"127.0.0.1:{e_port}")
         fronted = envoy(tmp, "envoy-epp", grpc_port, None)
         streamed = envoy(tmp, "envoy-epp-s", grpc_port, None, "STREAMED")
-        with emulator, gateway, epp, plain, fronted, streamed:
+        unseen = envoy(tmp, "envoy-epp-n", grpc_port, None, "NONE")
+        with emulator, gateway, epp, plain, fronted, streamed, unseen:
             procs = {"emulator": emulator, "gateway": gateway, "epp": epp, "envoy": plain,
-                     "envoy_epp": fronted, "envoy_epp_s": streamed}  # fmt: skip
+                     "envoy_epp": fronted, "envoy_epp_s": streamed,
+                     "envoy_epp_n": unseen}  # fmt: skip
             pids = {k: p.proc.pid for k, p in procs.items() if p.proc is not None}
             every = {"envoy": plain.base_url, "envoy+epp": fronted.base_url,  # type: ignore[attr-defined]
                      "envoy+epp/S": streamed.base_url,  # type: ignore[attr-defined]
+                     "envoy+epp/N": unseen.base_url,  # type: ignore[attr-defined]
                      "gateway": f"http://127.0.0.1:{g_port}"}  # fmt: skip
             bases = {"direct": direct, **{t: every[t] for t in args.targets}}
             engine = (f"every step {args.step_ms:g} ms" if args.step_ms > 0

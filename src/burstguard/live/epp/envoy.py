@@ -32,8 +32,8 @@ def bootstrap(
     """Envoy on `host:listen_port` with the picker at `picker_host:picker_port`. Without a
     picker (`picker_port` None), Envoy alone: a round-robin cluster over `direct`
     (comma-separated `ip:port`), the benchmark's baseline. `response_body_mode`: what
-    GAIE's gateways use, or STREAMED (the benchmark's comparison; the request body stays
-    FULL_DUPLEX_STREAMED: in STREAMED, Envoy waits for the headers answer, which the
+    GAIE's gateways use, or STREAMED or NONE (the benchmark's comparison; the request body
+    stays FULL_DUPLEX_STREAMED: in STREAMED, Envoy waits for the headers answer, which the
     picker gives only once it has read the body)."""
     filters: list[dict[str, Any]] = []
     if picker_port is not None:
