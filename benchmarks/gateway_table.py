@@ -139,7 +139,8 @@ class Live:
 
     def _preemptions(self) -> int:
         with urllib.request.urlopen(self.metrics + "/metrics", timeout=10) as resp:
-            return int(parse_metrics(resp.read().decode()).get(PREEMPTIONS, 0.0))
+            found = parse_metrics(resp.read().decode())
+        return int(sum(v for k, v in found.items() if k.startswith(PREEMPTIONS)))  # per class
 
     def run(self, workload: Workload, name: str) -> tuple[RunFigures, RunFigures]:
         """(direct, via) figures of one workload, sent live."""
