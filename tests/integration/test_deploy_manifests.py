@@ -218,7 +218,8 @@ def test_the_epp_overlay_hangs_together(checked: tree.TreeCheck) -> None:
     """Gateway -> HTTPRoute -> InferencePool -> the picker's Service and port -> the picker,
     which discovers the pool's pods through the engines' headless Service, exports the
     gateway's metric names to the ServiceMonitor the rules read, and runs without
-    preemption (EPP mode); a typo in the pool is caught offline."""
+    preemption (EPP mode); the pool is checked against GAIE's vendored v1 CRD, so a typo in it
+    is caught offline."""
     from burstguard.live.epp.server import epp_config
 
     docs = checked.rendered["epp"]
@@ -252,6 +253,15 @@ def test_the_epp_overlay_hangs_together(checked: tree.TreeCheck) -> None:
     bad["spec"]["endpointPickerRef"]["failuremode"] = "FailOpen"
     crds = manifests.CrdSchemas.from_dir(DEPLOY / "crds")
     assert manifests.validate(bad, crds) != []
+    # checked against GAIE's own v1 CRD (vendored), not a partial schema: its status, and
+    # up to 8 target ports
+    schema = crds.get(pool)
+    assert schema is not None and "parents" in schema["properties"]["status"]["properties"]
+    ports = copy.deepcopy(pool)
+    ports["spec"]["targetPorts"] = [{"number": 8000 + i} for i in range(8)]
+    assert manifests.validate(ports, crds) == []
+    ports["spec"]["targetPorts"].append({"number": 9000})
+    assert manifests.validate(ports, crds) != []
 
 
 @pytest.mark.parametrize(

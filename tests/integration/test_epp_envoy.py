@@ -138,6 +138,26 @@ def test_the_openai_sdk_streams_through_envoy_to_the_picked_emulators(tmp_path: 
         assert m['burstguard_output_tokens_total{class="standard"}'] == 12 + 7 + 6 * 2
         assert m['burstguard_output_tokens_total{class="interactive"}'] == 5 + 3
         assert m["burstguard_in_flight_requests"] == 0
+        # the same picker behind an Envoy that streams the response body STREAMED (each
+        # piece answered, not echoed): the stream reaches the client whole, the usage
+        # chunk stripped where its client did not ask, and every token is counted
+        streamed = start_envoy(tmp_path, s.epp.grpc_port, response_body_mode="STREAMED")
+        with streamed:
+            client = openai.OpenAI(base_url=streamed.base_url + "/v1",  # type: ignore[attr-defined]
+                                   api_key="none", max_retries=0, timeout=30)  # fmt: skip
+            for usage in (False, True):
+                chunks = list(client.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                    stream=True, extra_body={"ignore_eos": True},
+                    stream_options={"include_usage": True} if usage else None,
+                ))  # fmt: skip
+                assert sum(1 for ch in chunks if ch.choices and ch.choices[0].delta.content) == 4
+                got = [ch.usage.completion_tokens for ch in chunks if ch.usage is not None]
+                assert got == ([4] if usage else [])
+        m = metrics(s.picker)
+        assert m['llm_request_total{class="standard",outcome="completed"}'] == 10
+        assert m['burstguard_output_tokens_total{class="standard"}'] == 12 + 7 + 6 * 2 + 8
+        assert m["burstguard_in_flight_requests"] == 0
 
 
 async def _post(

@@ -27,10 +27,14 @@ def _address(host: str, port: int) -> dict[str, Any]:
 def bootstrap(
     listen_port: int, admin_port: int, picker_port: int | None, *, host: str = "127.0.0.1",
     picker_host: str = "127.0.0.1", direct: str | None = None,
+    response_body_mode: str = "FULL_DUPLEX_STREAMED",
 ) -> dict[str, Any]:  # fmt: skip
     """Envoy on `host:listen_port` with the picker at `picker_host:picker_port`. Without a
     picker (`picker_port` None), Envoy alone: a round-robin cluster over `direct`
-    (comma-separated `ip:port`), the benchmark's baseline."""
+    (comma-separated `ip:port`), the benchmark's baseline. `response_body_mode`: what
+    GAIE's gateways use, or STREAMED or NONE (the benchmark's comparison; the request body
+    stays FULL_DUPLEX_STREAMED: in STREAMED, Envoy waits for the headers answer, which the
+    picker gives only once it has read the body)."""
     filters: list[dict[str, Any]] = []
     if picker_port is not None:
         filters.append({
@@ -41,7 +45,7 @@ def bootstrap(
                 "processing_mode": {
                     "request_header_mode": "SEND", "response_header_mode": "SEND",
                     "request_body_mode": "FULL_DUPLEX_STREAMED",
-                    "response_body_mode": "FULL_DUPLEX_STREAMED",
+                    "response_body_mode": response_body_mode,
                     "request_trailer_mode": "SEND", "response_trailer_mode": "SEND",
                 },
                 "message_timeout": "3600s",

@@ -38,33 +38,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import grpc
-import orjson
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2
 from grpc_health.v1.health import aio as health_aio
 
-from burstguard.core.fleet.fleet import Fleet
-from burstguard.core.fleet.state import BackendState
 from burstguard.core.gateway.api import (
     BadRequest,
     ChatCompletionRequest,
     CompletionRequest,
     GenerationRequest,
-    parse_request,
 )
-from burstguard.core.gateway.auth import AuthError, KeyAuthenticator, check_bearer
-from burstguard.core.gateway.classify import Classifier
+from burstguard.core.gateway.auth import AuthError, check_bearer
 from burstguard.core.gateway.config import GatewayConfig
-from burstguard.core.gateway.core import TICK_S, GatewayCore
 from burstguard.core.gateway.events import (
     Abandon,
     Abort,
@@ -73,32 +66,24 @@ from burstguard.core.gateway.events import (
     Cancel,
     Circuit,
     Effect,
-    Event,
     Fail,
-    Finish,
     FirstToken,
     Forget,
     Preempt,
     Reject,
     Release,
-    Scrape,
-    Tick,
 )
-from burstguard.core.gateway.request import GatewayRequest
 from burstguard.errors import ConfigError
 from burstguard.http.client import UPSTREAM_IDLE_S
 from burstguard.http.server import HttpRequest, HttpServer, Responder
 from burstguard.live.epp import protocol
 from burstguard.live.gateway.errors import SHED_MESSAGES, json_bytes, retry_after_header, send_error
 from burstguard.live.gateway.fleet_metrics import FleetCollector
-from burstguard.live.gateway.metrics import CONTENT_TYPE, GatewayMetrics, core_snapshot, is_retry
-from burstguard.live.gateway.monitor import FleetMonitor
+from burstguard.live.gateway.metrics import CONTENT_TYPE
 from burstguard.live.gateway.relay import SseRelay, json_tokens, upstream_body
-from burstguard.tokenizer import ModelCounters
+from burstguard.live.gateway.shell import CoreShell, Exchange
 from burstguard.wire.outcomes import Outcome, Reason
-from burstguard.wire.prefix import block_hashes
 
-access_log = logging.getLogger("burstguard.core.gateway.access")
 log = logging.getLogger("burstguard.core.gateway")
 
 EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
@@ -150,27 +135,13 @@ def epp_config(config: GatewayConfig) -> tuple[GatewayConfig, list[str]]:
 
 
 @dataclass(slots=True)
-class _Exchange:
-    """One admitted request's story, for the outcome, the metrics and the log line."""
+class _Exchange(Exchange):
+    """One admitted request's story through the gateway: what `Exchange` says, and where
+    it was sent."""
 
-    rid: str
-    cls: str
-    tenant: str
-    route: str
-    stream: bool
-    include_usage: bool
-    arrival: float
-    prompt_tokens: int
-    backend: str | None = None
+    include_usage: bool = False  # its client asked for the usage chunk
     endpoints: list[str] = field(default_factory=list)
     served: str | None = None  # where the gateway says it went (rarely said)
-    outcome: Outcome | None = None
-    reason: str | None = None
-    status: int = 0
-    queue_wait_s: float | None = None
-    ttft_s: float | None = None
-    output_tokens: int = 0
-    relay: SseRelay | None = None
     answer: list[bytes] = field(default_factory=list)  # a JSON answer, to count its tokens
     answer_bytes: int = 0
 
@@ -185,37 +156,23 @@ class _Stream:
     size: int = 0
     decided: bool = False  # the request_headers answer went (or an immediate answer)
     done: bool = False  # answered at once: the stream is over
+    duplex: bool = True  # the response body comes FULL_DUPLEX_STREAMED (else STREAMED)
     ex: _Exchange | None = None
 
 
-class EndpointPicker:
+class EndpointPicker(CoreShell):
     """The picker process: core, fleet monitor, metrics, the ext_proc and health services."""
 
+    _what = "picker"
+
     def __init__(self, config: GatewayConfig) -> None:
-        discovery = config.fleet.discovery
-        if not config.backends and discovery.dns is None and discovery.file is None:
-            raise ConfigError("backends: at least one backend is required (or pass --backend URL)")
         config, self.notes = epp_config(config)
-        self.config = config
-        self._clock = time.monotonic
-        self._speedup = config.engine_speedup
-        self.fleet = Fleet(config.fleet, (), self._clock())
-        self.core = GatewayCore(config, self.fleet)
-        self.auth = KeyAuthenticator(config.api_keys)
-        self.classifier = Classifier(config)
-        self.prompt_counters = ModelCounters(config.prompt_tokenizer)
-        self.metrics = GatewayMetrics(lambda: core_snapshot(self.core), self._clock)
-        self.names = config.backend_names()
+        super().__init__(config)
         self.metrics.registry.register(FleetCollector(self.fleet, self._clock, None, self.names))
         self.health = health_aio.HealthServicer()
-        self._waiting: dict[str, asyncio.Future[Effect]] = {}
         self._session: aiohttp.ClientSession | None = None
-        self.monitor: FleetMonitor | None = None
         self._grpc: grpc.aio.Server | None = None
         self.grpc_port: int | None = None
-        self._ticker: asyncio.Task[None] | None = None
-        h = {"class": config.class_header, "tenant": config.tenant_header}
-        self._class_header, self._tenant_header = h["class"].lower(), h["tenant"].lower()
         epp = config.epp
         self._objective_header = epp.objective_header.lower()
         self._fairness_header = epp.fairness_header.lower()
@@ -240,14 +197,7 @@ class EndpointPicker:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=UPSTREAM_IDLE_S)
         self._session = aiohttp.ClientSession(connector=connector)
         cfg = self.config
-        metrics_urls = {u: b.metrics_url for b, u in zip(cfg.backends, cfg.backend_urls(),
-                                                         strict=True) if b.metrics_url}  # fmt: skip
-        self.monitor = FleetMonitor(
-            self.fleet, self._session, static=cfg.backend_urls(), discovery=cfg.fleet.discovery,
-            scrape_interval_s=cfg.scrape_interval_s, on_change=lambda _: self.event(Tick()),
-            on_metrics=self._scraped, metrics_urls=metrics_urls, clock=self._clock,
-        )  # fmt: skip
-        await self.monitor.start()
+        await self._start_monitor(self._session)
         self._ticker = asyncio.get_running_loop().create_task(self._tick())
         server = grpc.aio.server()
         pb_grpc.add_ExternalProcessorServicer_to_server(_Servicer(self), server)
@@ -271,26 +221,7 @@ class EndpointPicker:
         if self._session is not None:
             await self._session.close()
 
-    async def _tick(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            due = loop.time() + TICK_S
-            await asyncio.sleep(TICK_S)
-            self.metrics.loop_lag.observe(max(0.0, loop.time() - due))
-            try:
-                self.event(Tick())
-            except Exception:  # the dispatcher must never die
-                log.exception("picker tick failed")
-
-    # -- the driver: events to the core, its effects carried out --------------------
-
-    def _now(self) -> float:
-        return self._clock() * self._speedup
-
-    def event(self, event: Event) -> None:
-        """Hands `event` to the core and carries out every effect it returns."""
-        for effect in self.core.handle(event, self._now()):
-            self._carry_out(effect)
+    # -- the core's effects carried out ----------------------------------------------
 
     def _carry_out(self, effect: Effect) -> None:
         if isinstance(effect, Forget):
@@ -305,13 +236,18 @@ class EndpointPicker:
         if isinstance(effect, Preempt):  # classes are not preemptible here (`epp_config`)
             log.warning("request %s: preemption is not available in EPP mode", effect.req.id)
             return
-        fut = self._waiting.pop(effect.req.id, None)
-        if fut is not None and not fut.done():
-            fut.set_result(effect)
-        # else: an Abandon after a failure whose answer Envoy already gave: nothing to do
+        # not waiting: an Abandon after a failure whose answer Envoy already gave
+        self._wake(effect.req.id, effect)
 
-    def _scraped(self, backend: str, state: BackendState, scraped_at: float) -> None:
-        self.event(Scrape(state, backend))
+    def _tenant_hint(self, headers: Mapping[str, str]) -> str | None:
+        return headers.get(self._fairness_header)
+
+    def _class_hint(self, headers: Mapping[str, str], gen: GenerationRequest) -> str | None:
+        """The InferenceObjective, then a TTFT objective (unless vLLM's priority names one)."""
+        return self.classifier.objective(headers.get(self._objective_header)) or (
+            self.classifier.for_ttft_slo(headers.get(self._slo_header))
+            if gen.priority is None else None
+        )  # fmt: skip
 
     # -- one ext_proc stream --------------------------------------------------------
 
@@ -325,7 +261,12 @@ class EndpointPicker:
                 if msg is grpc.aio.EOF:
                     break
                 assert isinstance(msg, pb.ProcessingRequest)
-                for answer in await self._on(st, msg):
+                kind = msg.WhichOneof("request")
+                if kind == "response_body":  # most messages: no coroutine on their path
+                    answers = self._response_body(st, msg.response_body)
+                else:
+                    answers = await self._on(st, msg, kind)
+                for answer in answers:
                     await context.write(answer)
         finally:
             ex = st.ex
@@ -337,9 +278,12 @@ class EndpointPicker:
                     self.event(Cancel(ex.rid))
                     self._close(ex)
 
-    async def _on(self, st: _Stream, msg: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
-        kind = msg.WhichOneof("request")
+    async def _on(
+        self, st: _Stream, msg: pb.ProcessingRequest, kind: str | None
+    ) -> list[pb.ProcessingResponse]:
         if kind == "request_headers":
+            if msg.HasField("protocol_config"):  # the modes the gateway's filter set
+                st.duplex = protocol.duplex_response(msg.protocol_config)
             st.headers = protocol.header_map(msg.request_headers.headers)
             st.metadata = msg.metadata_context
             if msg.request_headers.end_of_stream:
@@ -363,8 +307,6 @@ class EndpointPicker:
             return out if st.done else [*out, protocol.trailers_answer("request_trailers")]
         if kind == "response_headers":
             return [self._response_headers(st, msg)]
-        if kind == "response_body":
-            return self._response_body(st, msg.response_body)
         if kind == "response_trailers":
             self._answered(st)
             return [protocol.trailers_answer("response_trailers")]
@@ -380,23 +322,8 @@ class EndpointPicker:
         model = _GENERATION.get(path)
         if model is None or st.headers.get(":method") != "POST":
             return self._pass(st, body_follows, ends)
-        body = b"".join(st.body)
         try:
-            ident = self.auth.authenticate(
-                st.headers.get("authorization"), st.headers.get("x-api-key")
-            )
-            gen, data = parse_request(model, body)
-            key_tier, key_tenant = (ident.tier, ident.tenant) if ident else (None, None)
-            h = st.headers
-            tenant = self.classifier.tenant(
-                key_tenant, h.get(self._tenant_header) or h.get(self._fairness_header)
-            )
-            named = (h.get(self._class_header)
-                     or self.classifier.objective(h.get(self._objective_header))
-                     or (self.classifier.for_ttft_slo(h.get(self._slo_header))
-                         if gen.priority is None else None))  # fmt: skip
-            cls = self.classifier.classify(key_tier, named, gen.priority)
-            prompt_tokens = gen.prompt_tokens(self.prompt_counters.for_model(gen.model).count)
+            a = self._admit(model, b"".join(st.body), st.headers)
         except AuthError as exc:
             st.done = True
             self.metrics.invalid.labels("401").inc()
@@ -412,20 +339,13 @@ class EndpointPicker:
             return [_error(503, "no endpoint of the gateway's subset hint is in the pool",
                            "upstream_error", "no_endpoint_in_subset")]  # fmt: skip
         arrival = self._clock()
-        rid = uuid.uuid4().hex
+        gen = a.gen
+        gr = self._arrival(a, path, arrival, st.headers, resumable=False, allowed=allowed)
+        rid = gr.id
         opts = gen.stream_options
-        usage = opts is not None and bool(opts.include_usage)
-        ex = _Exchange(rid, cls, tenant, path, gen.stream, usage, arrival, prompt_tokens)
-        self.metrics.arrived(cls, is_retry(st.headers))
-        self.metrics.prompt_arrived(cls, prompt_tokens)
-        router = self.config.fleet.router
-        hashes = (block_hashes(gen.cache_text(), router.block_tokens, router.affinity_blocks)
-                  if router.affinity else ())  # fmt: skip
-        gr = GatewayRequest(rid, arrival * self._speedup, prompt_tokens, gen.output_limit(), cls,
-                            tenant, path, resumable=False, prefix_hashes=hashes,
-                            allowed=allowed)  # fmt: skip
-        fut: asyncio.Future[Effect] = asyncio.get_running_loop().create_future()
-        self._waiting[rid] = fut
+        ex = _Exchange(rid, a.cls, a.tenant, path, gen.stream, arrival, a.prompt_tokens,
+                       include_usage=opts is not None and bool(opts.include_usage))  # fmt: skip
+        fut = self._expect(rid)
         self.event(Arrive(gr))
         try:
             effect = await fut
@@ -445,13 +365,11 @@ class EndpointPicker:
             return [_error(503, "no backend", "upstream_error", "backend_unreachable")]
         assert isinstance(effect, Release)
         st.ex = ex
-        ex.queue_wait_s = self._clock() - arrival
-        self.metrics.queue_wait_of(cls).observe(ex.queue_wait_s)
-        ex.backend = effect.backend
+        self._released(ex)
         ex.endpoints = self._endpoints(effect.backend, allowed)
-        out_body = json_bytes(upstream_body(data, gen.stream, effect.priority))
+        out_body = json_bytes(upstream_body(a.data, gen.stream, effect.priority))
         headers = [("content-length", str(len(out_body))), ("x-request-id", rid),
-                   ("x-burstguard-class", cls)]  # fmt: skip
+                   ("x-burstguard-class", a.cls)]  # fmt: skip
         return [
             protocol.pick(ex.endpoints, headers, remove=("transfer-encoding",)),
             *protocol.streamed_body("request_body", out_body, ends),
@@ -532,7 +450,8 @@ class EndpointPicker:
         )
 
     def _response_body(self, st: _Stream, body: pb.HttpBody) -> list[pb.ProcessingResponse]:
-        """Echoes a piece of the answer at once, reading it on the way."""
+        """Echoes a piece of the answer at once, reading it on the way (STREAMED: one
+        answer per piece, the piece replaced only where the relay edited it)."""
         data, end = body.body, body.end_of_stream
         ex = st.ex
         if ex is not None and ex.outcome is None:
@@ -549,6 +468,8 @@ class EndpointPicker:
                 ex.answer_bytes += len(data)
             if end:
                 self._answered(st)
+        if not st.duplex:
+            return [protocol.body_answer("response_body", None if data == body.body else data)]
         if not data and not end:
             return []  # an edited stream's partial event: it goes with the read that ends it
         return list(protocol.streamed_body("response_body", data, end))
@@ -567,9 +488,7 @@ class EndpointPicker:
                 done = tokens is not None
                 ex.output_tokens = tokens or 0
             if done:
-                ex.outcome = Outcome.COMPLETED
-                self.metrics.completed(ex.cls, ex.prompt_tokens, ex.output_tokens)
-                self.event(Finish(ex.rid, ex.output_tokens))
+                self._finished(ex, ex.output_tokens)
             else:  # cut short, or no OpenAI answer: the backend's fault
                 kind = "backend_cut_stream" if ex.relay is not None else "bad_answer"
                 self._failed(ex, "reset" if ex.relay is not None else "bad_answer", kind)
@@ -592,15 +511,7 @@ class EndpointPicker:
         """Counts the outcome once and writes the request's log line."""
         outcome = ex.outcome or Outcome.FAILED
         self.metrics.ended(ex.cls, outcome, ex.reason)
-        if self.config.log_requests and access_log.isEnabledFor(logging.INFO):
-            access_log.info(orjson.dumps({
-                "id": ex.rid, "class": ex.cls, "tenant": ex.tenant, "route": ex.route,
-                "stream": ex.stream, "outcome": outcome, "reason": ex.reason,
-                "status": ex.status or None, "queue_wait_s": _round(ex.queue_wait_s),
-                "ttft_s": _round(ex.ttft_s), "prompt_tokens": ex.prompt_tokens,
-                "output_tokens": ex.output_tokens, "endpoints": ex.endpoints,
-                "served": ex.served, "duration_s": _round(self._clock() - ex.arrival),
-            }).decode())  # fmt: skip
+        self._log_line(ex, outcome, endpoints=ex.endpoints, served=ex.served)
 
     # -- HTTP: /metrics, /health, /ready ------------------------------------------------
 
@@ -617,14 +528,7 @@ class EndpointPicker:
         elif req.path == "/health":
             resp.send(200, b'{"status":"ok"}', [("content-type", "application/json")])
         elif req.path == "/ready":
-            now = self._clock()
-            healthy = sum(1 for b in self.fleet.stats(now) if b.active and b.healthy and b.up)
-            if healthy:
-                body = json_bytes({"status": "ready", "healthy_backends": healthy})
-                resp.send(200, body, [("content-type", "application/json")])
-            else:
-                message = f"no healthy backend (of {len(self.fleet.backends)})"
-                send_error(resp, 503, message, "upstream_error", "backend_unreachable")
+            self._send_ready(resp)
         else:
             self._refuse(resp, 404, f"no route {req.path[:200]}", "not_found")
 
@@ -658,7 +562,3 @@ def _error(
                                  "code": code}})  # fmt: skip
     return protocol.immediate(status, body, (("content-type", "application/json"), *headers),
                               details=code)  # fmt: skip
-
-
-def _round(x: float | None) -> float | None:
-    return None if x is None else round(x, 6)

@@ -47,30 +47,23 @@ import contextlib
 import gc
 import logging
 import math
-import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import aiohttp
-import orjson
 
-from burstguard.core.fleet.fleet import Fleet
-from burstguard.core.fleet.state import BackendState
 from burstguard.core.gateway.api import (
     BadRequest,
     ChatCompletionRequest,
     CompletionRequest,
     GenerationRequest,
     openapi_schema,
-    parse_request,
 )
-from burstguard.core.gateway.auth import AuthError, Identity, KeyAuthenticator, check_bearer
-from burstguard.core.gateway.classify import Classifier
+from burstguard.core.gateway.auth import AuthError, check_bearer
 from burstguard.core.gateway.config import AutoscalerConfig, GatewayConfig
-from burstguard.core.gateway.core import PROGRESS_S, TICK_S, GatewayCore
+from burstguard.core.gateway.core import PROGRESS_S, TICK_S
 from burstguard.core.gateway.events import (
     Abandon,
     Abort,
@@ -90,7 +83,6 @@ from burstguard.core.gateway.events import (
     Preempt,
     Reject,
     Release,
-    Scrape,
     Settle,
     Tick,
 )
@@ -116,43 +108,26 @@ from burstguard.live.gateway.errors import (
 from burstguard.live.gateway.fleet_metrics import FleetCollector
 from burstguard.live.gateway.metrics import (
     CONTENT_TYPE,
-    GatewayMetrics,
     GaugeSnapshot,
     core_snapshot,
-    is_retry,
 )
-from burstguard.live.gateway.monitor import FleetMonitor
 from burstguard.live.gateway.relay import SseRelay, json_tokens, resume_body, upstream_body
 from burstguard.live.gateway.shared_state import SharedState
+from burstguard.live.gateway.shell import CoreShell, Exchange
 from burstguard.live.scaling.scaler import LiveScaler, ScalingCollector
-from burstguard.tokenizer import ModelCounters
 from burstguard.wire.outcomes import Outcome, Reason
-from burstguard.wire.prefix import block_hashes
 
-access_log = logging.getLogger("burstguard.core.gateway.access")
 log = logging.getLogger("burstguard.core.gateway")
 
+_PROGRESS_TICKS = max(1, round(PROGRESS_S / TICK_S))  # ticks between progress reports
 _KEYED_ROUTES = frozenset(("/v1/chat/completions", "/v1/completions", "/v1/models"))
 
 
 @dataclass(slots=True)
-class _Exchange:
-    """One request's story, for the outcome, the metrics and the log line."""
+class _Exchange(Exchange):
+    """One request's story through the proxy: what `Exchange` says, and its calls."""
 
-    rid: str
-    cls: str
-    tenant: str
-    route: str
-    stream: bool
-    arrival: float  # the request read whole (HttpRequest.received)
-    prompt_tokens: int
     own_s: float = 0.0  # the gateway's own time before the upstream write, queue wait excluded
-    outcome: Outcome | None = None
-    reason: str | None = None  # a Reason, or the backend's error code
-    status: int = 0
-    queue_wait_s: float | None = None
-    ttft_s: float | None = None
-    output_tokens: int = 0
     call: Call | None = None  # the upstream request under way
     preempted: bool = False  # the core preempted it: its call is closed, it waits again
     preemptions: int = 0
@@ -161,44 +136,26 @@ class _Exchange:
     resumed_on_failover: int = 0  # its stream went on elsewhere after its backend failed
     failure: tuple[int, dict[str, Any]] | None = None  # the last backend failure's answer
     quota: Verdict | None = None  # its quota's buckets after admission (x-ratelimit-*)
-    relay: SseRelay | None = None  # a stream's relay (what its client received so far)
     fed: bool = False  # its backend sent something since the last progress report
     resp: Responder | None = None  # its client's answer (paused: not the backend's silence)
 
 
-class Gateway:
+class Gateway(CoreShell):
     """The gateway process: core, backend pool and monitor, metrics and routes."""
 
     def __init__(self, config: GatewayConfig) -> None:
-        discovery = config.fleet.discovery
-        if not config.backends and discovery.dns is None and discovery.file is None:
-            raise ConfigError("backends: at least one backend is required (or pass --backend URL)")
-        self.config = config
-        self._clock = time.monotonic  # the HTTP server stamps requests on it too
-        self.fleet = Fleet(config.fleet, (), self._clock())  # its clock: wall seconds
-        self.core = GatewayCore(config, self.fleet)
-        self.auth = KeyAuthenticator(config.api_keys)
-        self._speedup = config.engine_speedup  # the core's clock: engine seconds
-        self.prompt_counters = ModelCounters(config.prompt_tokenizer)
-        self.metrics = GatewayMetrics(self._snapshot, self._clock)
+        super().__init__(config, self._snapshot)
         self.shared = SharedState(config.fleet.redis) if config.fleet.redis.url else None
-        self.names = config.backend_names()
         self.metrics.registry.register(
             FleetCollector(self.fleet, self._clock, self.shared, self.names)
         )
         self.scaler = self._scaler(config.autoscaler)
-        self._waiting: dict[str, asyncio.Future[Effect]] = {}
         self._running: dict[str, _Exchange] = {}
         self._session: aiohttp.ClientSession | None = None
         self._pools: dict[str, UpstreamPool] = {}
-        self.monitor: FleetMonitor | None = None
-        self._ticker: asyncio.Task[None] | None = None
         self._syncer: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._arrivals = 0
-        self.classifier = Classifier(config)
-        self._tenant_header = config.tenant_header.lower()
-        self._class_header = config.class_header.lower()
         self._openapi = json_bytes(openapi_schema())
         self._routes: dict[str, tuple[str, Route]] = {
             "/v1/chat/completions": ("POST", self._generation(ChatCompletionRequest)),
@@ -275,15 +232,7 @@ class Gateway:
         self._session = aiohttp.ClientSession(
             connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",)
         )
-        cfg = self.config
-        metrics_urls = {u: b.metrics_url for b, u in zip(cfg.backends, cfg.backend_urls(),
-                                                         strict=True) if b.metrics_url}  # fmt: skip
-        self.monitor = FleetMonitor(
-            self.fleet, self._session, static=cfg.backend_urls(), discovery=cfg.fleet.discovery,
-            scrape_interval_s=cfg.scrape_interval_s, on_change=lambda _: self.event(Tick()),
-            on_metrics=self._scraped, metrics_urls=metrics_urls, clock=self._clock,
-        )  # fmt: skip
-        await self.monitor.start()
+        await self._start_monitor(self._session)
         loop = asyncio.get_running_loop()
         if self.shared is not None:
             await self.shared.connect()  # unreachable: degraded (a warning), or required
@@ -350,18 +299,13 @@ class Gateway:
 
     # -- the driver: events to the core, its effects carried out -------------------
 
-    def _now(self) -> float:
-        """The core's clock: engine seconds (wall seconds x engine_speedup)."""
-        return self._clock() * self._speedup
-
     def event(self, event: Event) -> None:
         """Hands `event` to the core and carries out every effect it returns. A request
         leaving its backend gives its shared slot back first, so a request the core
         releases into that slot in the same answer finds it free."""
         if self.shared is not None and isinstance(event, (Finish, Fail, Cancel, BackendFailed)):
             self._drop_lease(self._running.get(event.request_id))
-        for effect in self.core.handle(event, self._now()):
-            self._carry_out(effect)
+        super().event(event)
 
     def _drop_lease(self, ex: _Exchange | None) -> None:
         if ex is not None and ex.lease is not None and self.shared is not None:
@@ -408,12 +352,7 @@ class Gateway:
                 if ex.call is not None:
                     ex.call.abort()  # the engine aborts it and frees its KV
             return
-        fut = self._waiting.pop(rid, None)
-        if fut is not None and not fut.done():
-            fut.set_result(effect)
-
-    def _scraped(self, backend: str, state: BackendState, scraped_at: float) -> None:
-        self.event(Scrape(state, backend))
+        self._wake(rid, effect)
 
     async def _sync(self) -> None:
         """Every `sync_interval_s`: renew this gateway's leases, publish its queue depth and
@@ -445,19 +384,9 @@ class Gateway:
                 out.append(rid)
         return out
 
-    async def _tick(self) -> None:
-        loop = asyncio.get_running_loop()
-        every = max(1, round(PROGRESS_S / TICK_S))
-        ticks = 0
-        while True:
-            due = loop.time() + TICK_S
-            await asyncio.sleep(TICK_S)
-            self.metrics.loop_lag.observe(max(0.0, loop.time() - due))
-            ticks += 1
-            try:
-                self.event(Tick(self._progressed() if ticks % every == 0 else ()))
-            except Exception:  # the dispatcher must never die
-                log.exception("gateway tick failed")
+    def _tick_event(self, ticks: int) -> Tick:
+        """Every PROGRESS_S, the tick says which requests progressed (stall deadlines)."""
+        return Tick(self._progressed() if ticks % _PROGRESS_TICKS == 0 else ())
 
     # -- routing --------------------------------------------------------------------
 
@@ -491,17 +420,6 @@ class Gateway:
 
         return endpoint
 
-    # -- request classification -----------------------------------------------------
-
-    def _classify(
-        self, ident: Identity | None, headers: dict[str, str], gen: GenerationRequest
-    ) -> tuple[str, str]:
-        """(class, tenant) by the rule the simulator applies too (`core.gateway.classify`)."""
-        key_tier, key_tenant = (ident.tier, ident.tenant) if ident is not None else (None, None)
-        tenant = self.classifier.tenant(key_tenant, headers.get(self._tenant_header))
-        named = headers.get(self._class_header)
-        return self.classifier.classify(key_tier, named, gen.priority), tenant
-
     # -- generation -----------------------------------------------------------------
 
     async def generate(
@@ -509,44 +427,27 @@ class Gateway:
     ) -> None:
         arrival = req.received
         try:
-            ident = self.auth.authenticate(
-                req.headers.get("authorization"), req.headers.get("x-api-key")
-            )
-            gen, data = parse_request(model, req.body)
-            cls, tenant = self._classify(ident, req.headers, gen)
-            prompt_tokens = gen.prompt_tokens(self.prompt_counters.for_model(gen.model).count)
+            a = self._admit(model, req.body, req.headers)
         except AuthError as exc:
             return self._refuse(resp, 401, str(exc), "invalid_api_key")
         except BadRequest as exc:
             return self._refuse(resp, 400, str(exc), "invalid_request")
-
-        # a whole UUID4: backends may validate it (llama-cpp-python answers 400 otherwise)
-        rid = uuid.uuid4().hex
-        ex = _Exchange(rid, cls, tenant, req.path, gen.stream, arrival, prompt_tokens)
-        ex.resp = resp
-        self.metrics.arrived(cls, is_retry(req.headers))
-        self.metrics.prompt_arrived(cls, prompt_tokens)
-        self._arrivals += 1
+        gen = a.gen
         # a stream of token ids (or of several prompts) cannot be continued with text
         prompts = gen.prompts() if isinstance(gen, CompletionRequest) else [""]
         resumable = not gen.stream or (len(prompts) == 1 and isinstance(prompts[0], str))
-        router = self.config.fleet.router
-        hashes = (
-            block_hashes(gen.cache_text(), router.block_tokens, router.affinity_blocks)
-            if router.affinity
-            else ()
-        )
-        gr = GatewayRequest(rid, arrival * self._speedup, prompt_tokens, gen.output_limit(),
-                            cls, tenant, req.path, resumable, prefix_hashes=hashes,
-                            key_id=ident.key_id if ident is not None else None,
-                            stream=gen.stream)  # fmt: skip
+        gr = self._arrival(a, req.path, arrival, req.headers, resumable, stream=gen.stream,
+                           key_id=a.ident.key_id if a.ident is not None else None)  # fmt: skip
+        rid = gr.id
+        ex = _Exchange(rid, a.cls, a.tenant, req.path, gen.stream, arrival, a.prompt_tokens)
+        ex.resp = resp
+        self._arrivals += 1
         arrive = await self._charge_quota(gr)
         ex.own_s = self._clock() - arrival  # read to the core; the rest is added at release
-        fut: asyncio.Future[Effect] = asyncio.get_running_loop().create_future()
-        self._waiting[rid] = fut
+        fut = self._expect(rid)
         self.event(arrive)
         try:
-            await self._serve(req, resp, ex, fut, gen, data)
+            await self._serve(req, resp, ex, fut, gen, a.data)
         except asyncio.CancelledError:
             if not resp.gone:
                 self._end_unexpected(ex)
@@ -635,10 +536,7 @@ class Gateway:
                 relay = SseRelay(chat, strip_usage=not (opts is not None and opts.include_usage),
                                  keep_text=keep)  # fmt: skip
                 ex.relay = relay
-            released = self._clock()
-            if ex.queue_wait_s is None:
-                ex.queue_wait_s = released - ex.arrival
-                self.metrics.queue_wait_of(ex.cls).observe(ex.queue_wait_s)
+            released = self._released(ex)
             # the core's next answer about it (a preemption's or failover's Release, Abandon)
             fut = self._expect(ex.rid)
             self._running[ex.rid] = ex
@@ -674,11 +572,6 @@ class Gateway:
         except asyncio.CancelledError:
             self.shared.release_soon(backend, rid)
             raise
-
-    def _expect(self, rid: str) -> asyncio.Future[Effect]:
-        fut: asyncio.Future[Effect] = asyncio.get_running_loop().create_future()
-        self._waiting[rid] = fut
-        return fut
 
     async def _call(
         self, req: HttpRequest, resp: Responder, ex: _Exchange, body: bytes,
@@ -819,9 +712,7 @@ class Gateway:
         await call.finished()
         ex.output_tokens = relay.tokens()
         if relay.finished():
-            ex.outcome = Outcome.COMPLETED
-            self.metrics.completed(ex.cls, ex.prompt_tokens, ex.output_tokens)
-            self.event(Finish(ex.rid, ex.output_tokens))
+            self._finished(ex, ex.output_tokens)
         else:  # the backend ended it early (it died, or llama-cpp-python's cut)
             cut = Failure.CUT_STREAM
             self.metrics.errors.labels(cut.code).inc()
@@ -837,10 +728,8 @@ class Gateway:
             self.metrics.errors.labels(bad.code).inc()
             self._backend_failed(ex, bad, bad.status, bad.error())
             return
-        ex.output_tokens = tokens
-        ex.outcome, ex.status = Outcome.COMPLETED, 200
-        self.metrics.completed(ex.cls, ex.prompt_tokens, ex.output_tokens)
-        self.event(Finish(ex.rid, ex.output_tokens))
+        ex.status = 200
+        self._finished(ex, tokens)
         resp.send(200, raw, [
             ("content-type", call.content_type or "application/json"),
             ("x-request-id", ex.rid), ("x-burstguard-class", ex.cls),
@@ -864,16 +753,9 @@ class Gateway:
         self.metrics.ended(ex.cls, outcome, ex.reason)
         if self.shared is not None and ex.backends:  # the tenant's service, for all replicas
             self.shared.charge_tenant(ex.cls, ex.tenant, ex.prompt_tokens + ex.output_tokens)
-        if self.config.log_requests and access_log.isEnabledFor(logging.INFO):
-            access_log.info(orjson.dumps({  # (json.dumps: 5 us of every request, orjson 0.3)
-                "id": ex.rid, "class": ex.cls, "tenant": ex.tenant, "route": ex.route,
-                "stream": ex.stream, "outcome": outcome, "reason": ex.reason,
-                "status": ex.status or None, "queue_wait_s": _round(ex.queue_wait_s),
-                "ttft_s": _round(ex.ttft_s), "prompt_tokens": ex.prompt_tokens,
-                "output_tokens": ex.output_tokens, "preemptions": ex.preemptions,
-                "backends": self.names.all(ex.backends), "failover_resumes": ex.resumed_on_failover,
-                "duration_s": _round(self._clock() - ex.arrival),
-            }).decode())  # fmt: skip
+        self._log_line(ex, outcome, preemptions=ex.preemptions,
+                       backends=self.names.all(ex.backends),
+                       failover_resumes=ex.resumed_on_failover)  # fmt: skip
 
     # -- other routes ---------------------------------------------------------------
 
@@ -913,15 +795,7 @@ class Gateway:
         resp.send(200, b'{"status":"ok"}', [JSON_HEADER])
 
     async def ready(self, req: HttpRequest, resp: Responder) -> None:
-        """200 while at least one backend is healthy (its circuit closed, its last /health
-        probe answered), else 503. Counts only: backend addresses are not for clients."""
-        now = self._clock()
-        healthy = sum(1 for b in self.fleet.stats(now) if b.active and b.healthy and b.up)
-        if healthy:
-            send_json(resp, 200, {"status": "ready", "healthy_backends": healthy})
-        else:
-            message = f"no healthy backend (of {len(self.fleet.backends)})"
-            send_error(resp, 503, message, "upstream_error", "backend_unreachable")
+        self._send_ready(resp)
 
     async def metrics_endpoint(self, req: HttpRequest, resp: Responder) -> None:
         """The Prometheus text; 401 without `metrics.api_key` where one is set."""
@@ -946,7 +820,3 @@ class Gateway:
 
 
 Route = Callable[[HttpRequest, Responder], Awaitable[None]]
-
-
-def _round(x: float | None) -> float | None:
-    return None if x is None else round(x, 6)
