@@ -13,8 +13,7 @@ import signal
 from pathlib import Path
 
 import aiohttp
-from tests.conftest import start_emulator, start_fleet_gateway
-from tests.integration.test_gateway_hung_backend import Answer, stream
+from tests.conftest import StreamAnswer, read_stream, start_emulator, start_fleet_gateway
 
 from burstguard.scrape import parse_metrics
 
@@ -36,12 +35,12 @@ async def test_cut_and_resumed_streams_are_counted_as_received(tmp_path: Path) -
             "ignore_eos": True, "stream": True}  # fmt: skip
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
-            tasks = [asyncio.create_task(stream(session, base, body)) for _ in range(6)]
+            tasks = [asyncio.create_task(read_stream(session, base, body)) for _ in range(6)]
             await asyncio.sleep(1.5)
             for p in procs[:2]:
                 assert p.proc is not None
                 os.killpg(p.proc.pid, signal.SIGKILL)
-            answers: list[Answer] = await asyncio.gather(*tasks)
+            answers: list[StreamAnswer] = await asyncio.gather(*tasks)
             async with session.get(base + "/metrics") as resp:
                 metrics = parse_metrics(await resp.text())
     finally:
