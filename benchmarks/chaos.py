@@ -31,11 +31,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=180.0, help="seconds of load")
     parser.add_argument("--seed", type=int, default=1, help="seeds the fault plan and the load")
+    parser.add_argument("--no-deadlines", action="store_true",
+                        help="backend_deadlines off: a stopped engine holds its clients "
+                        "until resumed (the hung-wait check should then fail)")  # fmt: skip
     parser.add_argument("--workdir", type=Path, help="keep logs here (default: a temp folder)")
     args = parser.parse_args()
     if args.duration < 20:
         parser.error("--duration must be at least 20 s (the plan needs room for its faults)")
-    cfg = ChaosConfig(duration_s=args.duration, seed=args.seed)
+    cfg = ChaosConfig(duration_s=args.duration, seed=args.seed, deadlines=not args.no_deadlines)
     with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)

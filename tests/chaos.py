@@ -78,6 +78,7 @@ class ChaosConfig:
     background_rps: float = 1.5
     max_tokens: tuple[int, ...] = (16, 32, 64, 128)
     client_timeout_s: float = 60.0
+    deadlines: bool = True  # off: only read_timeout_s bounds a hang (to see a check fail)
 
     @property
     def hung_bound_s(self) -> float:
@@ -384,7 +385,8 @@ class Fleet:
             "classes": [{"name": "standard", "rank": 0, "queue_deadline_s": 20.0}],
             "admission": {"max_in_flight_per_backend": 12},
             "backends": [{"url": u, "resume": True} for u in self.engine_urls()],
-            "backend_deadlines": {"first_token_floor_s": cfg.first_token_floor_s,
+            "backend_deadlines": {"enabled": cfg.deadlines,
+                                  "first_token_floor_s": cfg.first_token_floor_s,
                                   "stall_s": cfg.stall_s, "decode_tokens_per_s": 100.0},
             "fleet": {"redis": {"url": self.redis.url, "replicas": N_GATEWAYS,
                                 "lease_ttl_s": 3.0, "sync_interval_s": 0.5,
