@@ -68,15 +68,15 @@ BAD = ("broken", "timeout")
 class ChaosConfig:
     duration_s: float = 180.0
     seed: int = 1
-    speedup: float = 4.0  # the emulators' (the gateways are not told: deadlines are wall s)
+    speedup: float = 2.0  # the emulators' (the gateways are not told: deadlines are wall s)
     first_token_floor_s: float = 2.0
     stall_s: float = 2.0
     drain_s: float = 3.0
     margin_s: float = 1.0  # the bound on a hung wait: max(floor, stall) + this
     burst_every_s: tuple[float, float] = (3.0, 6.0)
-    burst_size: tuple[int, int] = (8, 28)
-    background_rps: float = 1.5
-    max_tokens: tuple[int, ...] = (16, 32, 64, 128)
+    burst_size: tuple[int, int] = (10, 30)
+    background_rps: float = 2.0
+    max_tokens: tuple[int, ...] = (32, 128, 256, 512)  # streams of ~0.2-3 s: faults hit some
     client_timeout_s: float = 60.0
     deadlines: bool = True  # off: only read_timeout_s bounds a hang (to see a check fail)
 
