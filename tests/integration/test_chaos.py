@@ -28,5 +28,5 @@ async def test_a_short_chaos_run_loses_nothing(tmp_path: Path) -> None:
     print("\n" + report.text())
     assert len(report.done) == len(plan), "every fault was injected"
     assert report.figures["tries"] >= 150
-    assert report.figures["hung_waits"]["n"] > 0, "a try was on a stopped engine"
+    assert report.figures["hung_waits_stream"]["n"] > 0, "a stream was on a stopped engine"
     assert report.ok, "\n".join(f"{c.name}: {c.detail}" for c in report.checks if not c.ok)
