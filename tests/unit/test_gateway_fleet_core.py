@@ -19,6 +19,7 @@ from burstguard.core.gateway.events import (
     Circuit,
     Effect,
     Finish,
+    FirstToken,
     LeaseRefused,
     Reject,
     Release,
@@ -94,6 +95,25 @@ def test_a_refused_lease_requeues_and_holds_that_backend_for_a_tick() -> None:
     (rid2, _), = releases(arrive(gw, 1)) or [("none", None)]  # fmt: skip
     assert rid2 == "none"  # the refused backend is held at its load (0): nothing goes there
     assert releases(gw.handle(Tick(), 0.2)) == [("r1", first)]  # the hold ended
+
+
+def test_a_resumed_stream_whose_lease_is_refused_is_still_resumed_when_released_again() -> None:
+    """A started stream fails over (resumed) and the other gateways hold that backend's
+    shared cap: queued again, its next release must still resume it. Released as new,
+    the shell sent the whole request again and its client got the first tokens twice
+    (the chaos run, seed 3: four streams with max_tokens + 23 tokens, logged completed)."""
+    gw = core(resume=True, per_backend=1)
+    (rid, first), = releases(arrive(gw, 0))  # fmt: skip
+    assert first == A  # the backend that resumes
+    gw.handle(FirstToken(rid), 0.05)
+    out = gw.handle(BackendFailed(rid, "reset", started=True), 0.1)
+    (moved,) = [x for x in out if isinstance(x, Release)]
+    assert moved.resumed and moved.failover
+    out = gw.handle(LeaseRefused(rid), 0.1)  # the other gateways hold its cap there
+    again = [x for x in out if isinstance(x, Release)]
+    for t in (0.2, 0.3, 0.4):
+        again += [x for x in gw.handle(Tick(), t) if isinstance(x, Release)]
+    assert [(x.req.id, x.resumed) for x in again[:1]] == [(rid, True)]
 
 
 def test_each_backend_has_its_own_adaptive_cap() -> None:

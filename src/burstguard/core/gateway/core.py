@@ -583,6 +583,8 @@ class GatewayCore:
             return
         self.fleet.unroute(request_id)
         self._requeue(e)
+        if e.first_token_at is not None:  # its client holds text: the next release resumes
+            self._resume_after_failure.add(request_id)
         self._picker.fairness(e.cls.name).charge(e.tenant, -e.charged)  # it was never sent
         e.charged = 0
         self._held[url] = now + TICK_S * self.config.engine_speedup
