@@ -40,7 +40,11 @@ are written; 0: every backend read at once).
 
 Run: .venv/bin/python benchmarks/bench_gateway.py [--concurrency 256] [--phase-seconds 5]
      [--rounds 2] [--output-tokens 64] [--think-s 0] [--probe 200] [--no-gateway-log]
-     [--pin] [--flush-ms 10] [--step-ms 0]
+     [--pin] [--flush-ms 10] [--step-ms 0] [--peer vllm-router [--vllm-router PATH]]
+
+--peer vllm-router adds the Rust router (PyPI; installed into its own venv under the
+burstguard cache unless --vllm-router names an executable) as a third target in the same
+run, the phases rotating over direct, gateway and it.
 """
 
 from __future__ import annotations
