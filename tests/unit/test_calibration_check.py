@@ -37,7 +37,7 @@ def test_a_fit_predicts_its_held_back_steps_and_passes() -> None:
     model, _ = fit_step_model(fit)
     ev = Evidence(busy_before=0.05, busy_after=0.1, sentinel_s=[0.1, 0.104, 0.101], held_back=held)
     assert failures(model, ev, CheckBounds()) == []
-    rec = record(model, ev, CheckBounds(), attempt=1)
+    rec = record(model, ev, CheckBounds(), 1, failures(model, ev, CheckBounds()))
     assert rec["passed"] and rec["held_back"] == len(held) and rec["held_back_max_rel_error"] < 0.01
 
 
@@ -57,7 +57,7 @@ def test_held_back_steps_slower_than_the_fit_fail_it() -> None:
     model, _ = fit_step_model(fit)
     why = failures(model, Evidence(held_back=held), CheckBounds())
     assert len(why) == 1 and "held-back" in why[0]
-    assert record(model, Evidence(held_back=held), CheckBounds(), 2)["passed"] is False
+    assert record(model, Evidence(held_back=held), CheckBounds(), 2, why)["passed"] is False
 
 
 def test_a_drifting_sentinel_or_a_busy_machine_fails_the_check() -> None:

@@ -88,10 +88,11 @@ def failures(model: FittedModel, ev: Evidence, bounds: CheckBounds) -> list[str]
     return out
 
 
-def record(model: FittedModel, ev: Evidence, bounds: CheckBounds, attempt: int) -> dict[str, Any]:
-    """The check as the profile records it (`fitted.fit.check`)."""
+def record(
+    model: FittedModel, ev: Evidence, bounds: CheckBounds, attempt: int, why: list[str]
+) -> dict[str, Any]:
+    """The check as the profile records it (`fitted.fit.check`); `why`: its `failures`."""
     errors = held_back_errors(model, ev.held_back)
-    why = failures(model, ev, bounds)
     by_kind: dict[str, float] = {}
     for s, err in zip([s for s in ev.held_back if s.seconds > 0], errors, strict=True):
         by_kind[s.kind] = max(by_kind.get(s.kind, 0.0), err)

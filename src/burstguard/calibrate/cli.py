@@ -295,7 +295,7 @@ def calibrate(
         ev.busy_before = busy
         fitted, quality = fit_step_model(samples)
         why = failures(fitted, ev, bounds)
-        check = record(fitted, ev, bounds, attempt)
+        check = record(fitted, ev, bounds, attempt, why)
         print(f"check: {'; '.join(why) if why else 'passed'} ({_check_figures(check)})")
         if not why:
             break
