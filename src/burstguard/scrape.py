@@ -132,6 +132,7 @@ class MetricsPoller:
     origin: float = field(default_factory=time.monotonic)
     clock: Callable[[], float] = time.monotonic
     sink: IO[str] | None = None
+    headers: dict[str, str] = field(default_factory=dict)  # e.g. a metrics key's bearer
     samples: list[MetricsSample] = field(default_factory=list)
     errors: int = 0
     last_error: str | None = None
@@ -148,7 +149,7 @@ class MetricsPoller:
         owned = self._session is None
         try:
             timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-            async with session.get(self.url, timeout=timeout) as resp:
+            async with session.get(self.url, timeout=timeout, headers=self.headers) as resp:
                 body = await resp.text()
                 if resp.status != 200:
                     raise ValueError(f"HTTP {resp.status}")

@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import socket
+import subprocess
 import threading
 import time
 import urllib.request
@@ -866,3 +868,38 @@ def test_11_no_backend_address_in_metrics_or_answers(
     assert where not in body and port not in body and b"http://" not in body
     lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith('{"id"')]
     assert lines and all(x["backends"] in ([], ["backend-0"]) for x in lines)
+
+
+# -- 12: bench against a gateway that asks for keys ----------------------------------------
+
+
+def test_12_bench_sends_the_api_key_and_scrapes_with_the_metrics_key(
+    keyed_gateway: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """`bench --api-key` (or BURSTGUARD_API_KEY) on every request, `--metrics-key` on the
+    scrape; without a key, one clear line and exit 1 before any load; neither key is
+    written to the run."""
+    base, at, _ = keyed_gateway
+    load = ["bench", "--target", base, "--pattern", "poisson", "--rate", "8", "--duration",
+            "2", "--prompt-tokens", "16", "--output-tokens", "4", "--quiet"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BURSTGUARD_")}
+    refused = subprocess.run([*BURSTGUARD, *load, "--out", str(tmp_path / "no-key")],
+                             capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "asks for an API key" in refused.stderr and "--api-key" in refused.stderr
+    assert not (tmp_path / "no-key" / "records.jsonl").exists()
+    run = tmp_path / "keyed"
+    done = subprocess.run(
+        [*BURSTGUARD, *load, "--out", str(run), "--metrics-url", f"{at}/metrics",
+         "--metrics-key", METRICS_KEY],
+        capture_output=True, text=True, timeout=120, env={**env, "BURSTGUARD_API_KEY": KEY},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["requests"] > 0 and summary["errors"] == 0, summary["outcomes"]
+    assert summary["scrape_errors"] == 0
+    samples = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert samples and any(len(s) > 1 for s in samples)  # series besides `t`
+    for f in run.iterdir():
+        text = f.read_text(errors="replace")
+        assert KEY not in text and METRICS_KEY not in text, f

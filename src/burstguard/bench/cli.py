@@ -122,6 +122,27 @@ def bench(
     metrics_url: Annotated[
         str | None, _opt("--metrics-url", help="Scrape this /metrics URL instead", panel=_OUT)
     ] = None,
+    api_key: Annotated[
+        str | None,
+        _opt(
+            "--api-key",
+            envvar="BURSTGUARD_API_KEY",
+            show_envvar=False,
+            help="Sent as 'Authorization: Bearer' with every request: a gateway's api_keys, "
+            "vLLM's --api-key; env var BURSTGUARD_API_KEY",
+        ),
+    ] = None,
+    metrics_key: Annotated[
+        str | None,
+        _opt(
+            "--metrics-key",
+            envvar="BURSTGUARD_METRICS_KEY",
+            show_envvar=False,
+            help="Bearer key of the /metrics scrape (the gateway's metrics.api_key); env "
+            "var BURSTGUARD_METRICS_KEY",
+            panel=_OUT,
+        ),
+    ] = None,
     slo: Annotated[str, _opt("--slo", help="SLO seconds", panel=_OUT)] = ("ttft=0.5,tpot=0.05"),
     report: Annotated[
         Path | None, _opt("--report", help="Write an HTML report here", panel=_OUT)
@@ -279,11 +300,12 @@ def bench(
     except ValueError as exc:
         raise UserError(str(exc)) from None
     _check_out(out, force)
-    base, served = check_target(target, model)
+    base, served = check_target(target, model, api_key)
     if scrape_metrics is None:
         from burstguard.http.preflight import serves_metrics
 
-        scrape_metrics = scenario is not None and metrics_url is None and serves_metrics(base)
+        scrape_metrics = scenario is not None and metrics_url is None
+        scrape_metrics = scrape_metrics and serves_metrics(base, api_key=metrics_key)
     prompts = None
     if prompt_file is not None:
         from burstguard.bench.payload import load_prompt_file
@@ -300,6 +322,7 @@ def bench(
         ramp_up_s=min(10.0, shape_spec.duration_s / 10) if ramp_up is None else ramp_up,
         duration_s=None if workload_file else shape_spec.duration_s,  # a trace runs to its end
         scrape_url=metrics_url or (f"{base}/metrics" if scrape_metrics else None),
+        api_key=api_key, metrics_key=metrics_key,
         slo=slo_target, seed=shape_spec.seed, cycle=_cycle(shape_spec) if burst_cycle else None,
         workers=workers, start_at=start_at, shard=machine_shard, prompt_pieces=pieces,
     )  # fmt: skip

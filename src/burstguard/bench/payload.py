@@ -72,6 +72,7 @@ class PayloadBuilder:
     prefix_block_tokens: int = BLOCK_TOKENS
     slo_ms: tuple[float, float] | None = None  # (TTFT, TPOT) sent as x-slo-*-ms headers
     pieces: tuple[str, ...] = FILLER_PIECES  # one-token words (`tokenizer.exact_pieces`)
+    api_key: str | None = None  # sent as `Authorization: Bearer`
     _renderer: PromptRenderer | None = None
 
     def _text(self, spec: RequestSpec, index: int, tokens: int) -> str:
@@ -98,7 +99,7 @@ class PayloadBuilder:
         return body
 
     def encode(self, spec: RequestSpec, index: int) -> tuple[str, bytes, dict[str, str]]:
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json", **wire_headers.bearer(self.api_key)}
         if spec.priority_class is not None:
             headers[CLASS_HEADER] = str(spec.priority_class)
         if spec.tenant is not None:

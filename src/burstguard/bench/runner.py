@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from burstguard.bench import stream
 from burstguard.bench.payload import Api, PayloadBuilder
@@ -35,6 +35,7 @@ from burstguard.clock import schedule_origin
 from burstguard.http.client import UpstreamPool
 from burstguard.scrape import MetricsPoller
 from burstguard.tokenizer import PromptPieces
+from burstguard.wire import headers as wire_headers
 from burstguard.wire.outcomes import Outcome
 from burstguard.wire.records import RecordWriter, RequestRecord
 from burstguard.wire.summary import Slo
@@ -68,6 +69,10 @@ class BenchConfig:
     duration_s: float | None = None
     speedup: float = 1.0
     scrape_url: str | None = None
+    api_key: str | None = None
+    """Sent as `Authorization: Bearer` with every request (never written to the run)."""
+    metrics_key: str | None = None
+    """The same for the /metrics scrape (the gateway's `metrics.api_key`)."""
     slo: Slo = field(default_factory=Slo)
     drain_s: float | None = None
     grace_s: float = 5.0
@@ -84,6 +89,15 @@ class BenchConfig:
     prompt_pieces: PromptPieces | None = None
     """The words prompts are made of, sized in the served model's tokens where burstguard
     has its tokenizer (`tokenizer.exact_pieces`); None: the estimate's."""
+
+
+def metrics_poller(config: BenchConfig, origin: float, sink: IO[str]) -> MetricsPoller:
+    """The leg's /metrics poller: one sample per second of the engine's time."""
+    assert config.scrape_url is not None
+    return MetricsPoller(
+        config.scrape_url, interval_s=max(0.1, 1.0 / config.speedup), origin=origin,
+        sink=sink, headers=wire_headers.bearer(config.metrics_key),
+    )  # fmt: skip
 
 
 def _us(seconds: float) -> float:
@@ -131,7 +145,7 @@ class _Run:
         self.base = config.target.rstrip("/")
         self.payload = PayloadBuilder(
             config.model, config.api, config.stream, config.ignore_eos,
-            config.send_priority, config.prompts,
+            config.send_priority, config.prompts, api_key=config.api_key,
         )  # fmt: skip
         self.budget = RetryBudget(ratio=config.retry_budget) if config.retry_budget else None
         self.rng = random.Random(config.seed)
@@ -393,10 +407,7 @@ async def _run(
     sink = None
     if config.scrape_url:
         sink = (config.out_dir / "metrics.jsonl").open("w", encoding="utf-8")
-        poller = MetricsPoller(
-            config.scrape_url, interval_s=max(0.1, 1.0 / config.speedup),
-            origin=run.origin, sink=sink,
-        )  # fmt: skip
+        poller = metrics_poller(config, run.origin, sink)
         poller.start()
     progress = loop.create_task(run.progress())
     try:

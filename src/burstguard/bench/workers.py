@@ -21,7 +21,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from burstguard.bench.runner import BenchConfig, LiveCounts, Reporter, _run, new_loop
+from burstguard.bench.runner import (
+    BenchConfig,
+    LiveCounts,
+    Reporter,
+    _run,
+    metrics_poller,
+    new_loop,
+)
 from burstguard.clock import schedule_origin
 from burstguard.errors import TargetError
 from burstguard.scrape import MetricsPoller
@@ -115,10 +122,7 @@ async def _supervise(
         poller = sink = None
         if config.scrape_url:
             sink = (config.out_dir / "metrics.jsonl").open("w", encoding="utf-8")
-            interval = max(0.1, 1.0 / config.speedup)
-            poller = MetricsPoller(
-                config.scrape_url, interval_s=interval, origin=origin.value, sink=sink
-            )
+            poller = metrics_poller(config, origin.value, sink)
             poller.start()
         last = 0.0
         while any(p.is_alive() for p in procs):

@@ -12,6 +12,7 @@ import urllib.request
 from typing import Any
 
 from burstguard.errors import TargetError
+from burstguard.wire.headers import bearer
 
 
 def normalize_target(url: str) -> str:
@@ -24,14 +25,23 @@ def normalize_target(url: str) -> str:
     return base
 
 
-def served_cards(base: str, timeout_s: float = 5.0) -> list[dict[str, Any]]:
+def served_cards(
+    base: str, timeout_s: float = 5.0, api_key: str | None = None
+) -> list[dict[str, Any]]:
     """The model cards the target lists (`id`, and `max_model_len` on vLLM); TargetError when
-    it is unreachable or not OpenAI-like."""
+    it is unreachable, refuses the key, or is not OpenAI-like."""
     url = f"{base}/v1/models"
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        req = urllib.request.Request(url, headers=bearer(api_key))
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             body = resp.read(1 << 20)
     except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            said = "refused the API key given" if api_key else "asks for an API key"
+            raise TargetError(
+                f"{base} {said} (GET /v1/models: HTTP {exc.code}); pass --api-key KEY "
+                "or set BURSTGUARD_API_KEY"
+            ) from None
         raise TargetError(
             f"{base} does not look like an OpenAI-compatible server: "
             f"GET /v1/models returned HTTP {exc.code}"
@@ -51,15 +61,15 @@ def served_cards(base: str, timeout_s: float = 5.0) -> list[dict[str, Any]]:
     return list(cards)
 
 
-def served_models(base: str, timeout_s: float = 5.0) -> list[str]:
+def served_models(base: str, timeout_s: float = 5.0, api_key: str | None = None) -> list[str]:
     """The model ids the target lists."""
-    return [str(c["id"]) for c in served_cards(base, timeout_s)]
+    return [str(c["id"]) for c in served_cards(base, timeout_s, api_key)]
 
 
-def check_target(target: str, model: str | None) -> tuple[str, str]:
+def check_target(target: str, model: str | None, api_key: str | None = None) -> tuple[str, str]:
     """Returns (base URL, model name) after checking the target serves that model."""
     base = normalize_target(target)
-    models = served_models(base)
+    models = served_models(base, api_key=api_key)
     if model is None:
         if len(models) != 1:
             listed = ", ".join(models) or "none"
@@ -71,13 +81,14 @@ def check_target(target: str, model: str | None) -> tuple[str, str]:
     return base, model
 
 
-def serves_metrics(base: str, timeout_s: float = 3.0) -> bool:
+def serves_metrics(base: str, timeout_s: float = 3.0, api_key: str | None = None) -> bool:
     """True when GET /metrics answers Prometheus text with a series bench records (an
     engine's or the gateway's), so a scenario can scrape it without being asked to."""
     from burstguard.scrape import DEFAULT_SERIES, parse_metrics
 
     try:
-        with urllib.request.urlopen(f"{base}/metrics", timeout=timeout_s) as resp:
+        req = urllib.request.Request(f"{base}/metrics", headers=bearer(api_key))
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             text = resp.read(8 << 20).decode("utf-8")
         samples = parse_metrics(text, only=DEFAULT_SERIES)
     except (urllib.error.URLError, OSError, ValueError, UnicodeDecodeError):

@@ -23,3 +23,8 @@ DESTINATION_SUBSET = "x-gateway-destination-endpoint-subset"
 DESTINATION_SERVED = "x-gateway-destination-endpoint-served"
 LB_NAMESPACE = "envoy.lb"
 SUBSET_NAMESPACE = "envoy.lb.subset_hint"
+
+
+def bearer(api_key: str | None) -> dict[str, str]:
+    """The `Authorization` header carrying an API key (none without a key)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
