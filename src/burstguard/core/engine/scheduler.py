@@ -88,24 +88,27 @@ class Scheduler:
             if num_new <= 0:
                 i += 1
                 continue
-            fits = done + num_new <= req.num_blocks * bs
-            while not fits and not pool.allocate(req, num_new):
-                victim = self._victim()
-                victim_index = running.index(victim)
-                self._preempt(victim)
-                preempted.append(victim)
-                if victim in scheduled:
-                    budget += scheduled.pop(victim)
-                if victim is req:
-                    break
-                if victim_index < i:
-                    i -= 1
-            else:
-                scheduled[req] = num_new
-                budget -= num_new
-                if caching:
-                    pool.register_full_blocks(req, done + num_new)
-                i += 1
+            if done + num_new > req.num_blocks * bs:
+                preempted_self = False
+                while not pool.allocate(req, num_new):
+                    victim = self._victim()
+                    victim_index = running.index(victim)
+                    self._preempt(victim)
+                    preempted.append(victim)
+                    if victim in scheduled:
+                        budget += scheduled.pop(victim)
+                    if victim is req:
+                        preempted_self = True
+                        break
+                    if victim_index < i:
+                        i -= 1
+                if preempted_self:
+                    continue  # running[i] is now the next request
+            scheduled[req] = num_new
+            budget -= num_new
+            if caching:
+                pool.register_full_blocks(req, done + num_new)
+            i += 1
         started: list[EngineRequest] = []
         if not preempted:
             self._admit(scheduled, started, budget, now)
