@@ -12,7 +12,7 @@ Without chunked prefill a prompt must fit the remaining budget whole.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from burstguard.core.engine.config import EngineConfig
 from burstguard.core.engine.kv_cache import BlockPool
@@ -21,14 +21,26 @@ from burstguard.core.engine.queue import create_queue
 from burstguard.core.engine.request import EngineRequest, RequestStatus
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # (init=False: see `BatchShape`)
 class ScheduledBatch:
     """One step's decisions: (request, tokens to compute) pairs and who was preempted."""
 
-    entries: list[tuple[EngineRequest, int]] = field(default_factory=list)
-    started: list[EngineRequest] = field(default_factory=list)
-    preempted: list[EngineRequest] = field(default_factory=list)
-    shape: BatchShape = field(default_factory=lambda: BatchShape(0, 0, 0, 0))
+    entries: list[tuple[EngineRequest, int]]
+    started: list[EngineRequest]
+    preempted: list[EngineRequest]
+    shape: BatchShape
+
+    def __init__(
+        self,
+        entries: list[tuple[EngineRequest, int]] | None = None,
+        started: list[EngineRequest] | None = None,
+        preempted: list[EngineRequest] | None = None,
+        shape: BatchShape | None = None,
+    ) -> None:
+        self.entries = [] if entries is None else entries
+        self.started = [] if started is None else started
+        self.preempted = [] if preempted is None else preempted
+        self.shape = BatchShape(0, 0, 0, 0) if shape is None else shape
 
     @property
     def num_scheduled_tokens(self) -> int:
