@@ -28,6 +28,8 @@ COMPILED = [
     "src/burstguard/core/engine/scheduler.py",
     "src/burstguard/core/fleet/fleet.py",
     "src/burstguard/core/fleet/health.py",
+    "src/burstguard/core/fleet/names.py",
+    "src/burstguard/core/fleet/retry_budget.py",
     "src/burstguard/core/fleet/router.py",
     "src/burstguard/core/fleet/state.py",
     "src/burstguard/core/gateway/admission.py",
