@@ -19,13 +19,17 @@ $(STAMP): pyproject.toml setup.py
 # The simulator's and the cores' hot modules (COMPILED in setup.py) compiled with mypyc,
 # in place next to their sources (an extension module takes precedence over its .py);
 # rebuilt when any source changes (compiled code checks the types of what it imports),
-# ~1 min. `make pure` removes them: the same modules then run as plain Python.
+# ~1 min. `make pure` removes them: the same modules then run as plain Python (also what
+# a failed build leaves; `make test` then fails tests/unit/test_native_build.py).
 # tests/conftest.py refuses to run on a stale build.
 NATIVE_STAMP := build/.native-stamp
 compiled: $(NATIVE_STAMP)
 
 $(NATIVE_STAMP): $(STAMP) setup.py $(shell find src/burstguard -name '*.py')
-	BURSTGUARD_MYPYC=1 $(BIN)/python setup.py --quiet build_ext --inplace --parallel 2 >/dev/null
+	@mkdir -p build && echo "compiling the hot modules with mypyc (setup.py), ~1 min"
+	@BURSTGUARD_MYPYC=1 $(BIN)/python setup.py --quiet build_ext --inplace --parallel 2 >build/native.log 2>&1 \
+	  || { echo "mypyc build failed (build/native.log; a C compiler and Python headers needed):" \
+	         "running plain Python, slower"; $(MAKE) --no-print-directory pure; }
 	@touch $@
 
 pure:
