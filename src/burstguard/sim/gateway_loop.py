@@ -44,6 +44,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from burstguard.core.engine.config import EngineConfig
 from burstguard.core.engine.core import (
     DecodeRun,
@@ -138,6 +140,7 @@ def routing_hashes(
                         router.affinity_blocks)  # fmt: skip
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (setup.py); tests spy by subclassing
 class _GatewaySim:
     """One run: the entities (clients, gateway, engine replicas) on one event heap."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -37,12 +37,16 @@ class SimResult:
     prefix_cache: tuple[int, int] = (0, 0)  # prompt tokens looked up in prefix caches, hit
 
 
-@dataclass
+@dataclass(init=False)  # (init=False: see core.engine.perf_model.BatchShape)
 class StepEvents:
     """What a step meant to the clients: who saw a first token, who finished."""
 
-    first_token: list[str] = field(default_factory=list)
-    finished: list[str] = field(default_factory=list)
+    first_token: list[str]
+    finished: list[str]
+
+    def __init__(self) -> None:
+        self.first_token = []
+        self.finished = []
 
 
 class RecordBook:

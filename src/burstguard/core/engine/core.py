@@ -8,7 +8,7 @@ at the next step (an abort frees the request's blocks at once).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from burstguard.core.engine.config import EngineConfig, EngineConfigError
 from burstguard.core.engine.kv_cache import BlockPool
@@ -54,22 +54,42 @@ class EngineStats:
     prefix_cache_hits_total: int = 0  # ... of those, found cached
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # (init=False: see `BatchShape`)
 class StepResult:
     """What one step did. `tokens`: (request id, output tokens so far) for each request
     that produced a token at `end_s`; `started`: requests scheduled for the first time."""
 
     start_s: float
     end_s: float
-    started: list[str] = field(default_factory=list)
-    tokens: list[tuple[str, int]] = field(default_factory=list)
-    finished: list[str] = field(default_factory=list)
-    preempted: list[str] = field(default_factory=list)
-    num_prefill_tokens: int = 0
-    num_decode_seqs: int = 0
+    started: list[str]
+    tokens: list[tuple[str, int]]
+    finished: list[str]
+    preempted: list[str]
+    num_prefill_tokens: int
+    num_decode_seqs: int
+
+    def __init__(
+        self,
+        start_s: float,
+        end_s: float,
+        started: list[str] | None = None,
+        tokens: list[tuple[str, int]] | None = None,
+        finished: list[str] | None = None,
+        preempted: list[str] | None = None,
+        num_prefill_tokens: int = 0,
+        num_decode_seqs: int = 0,
+    ) -> None:
+        self.start_s = start_s
+        self.end_s = end_s
+        self.started = [] if started is None else started
+        self.tokens = [] if tokens is None else tokens
+        self.finished = [] if finished is None else finished
+        self.preempted = [] if preempted is None else preempted
+        self.num_prefill_tokens = num_prefill_tokens
+        self.num_decode_seqs = num_decode_seqs
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # (init=False: see `BatchShape`)
 class DecodeRun:
     """Consecutive pure-decode steps applied at once. Step j ended at `ends[j]`; each
     entry of `tokens` is (request id, number of these steps it took part in — the first
@@ -78,6 +98,13 @@ class DecodeRun:
     ends: list[float]
     tokens: list[tuple[str, int, int]]
     finished: list[str]
+
+    def __init__(
+        self, ends: list[float], tokens: list[tuple[str, int, int]], finished: list[str]
+    ) -> None:
+        self.ends = ends
+        self.tokens = tokens
+        self.finished = finished
 
 
 class EngineCore:

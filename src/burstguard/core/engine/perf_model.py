@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)
 class BatchShape:
     """What a step computes, summed over its requests.
 
@@ -27,13 +27,31 @@ class BatchShape:
     compute exactly their one newest token; context_tokens: KV tokens already cached that
     the step's attention reads; attention_pairs: (query, key) pairs of all attention;
     prefill_seqs: requests whose prefill starts in this step (their first chunk).
+
+    One per step: its `__init__` is written out because mypyc (setup.py) compiles a
+    written one but leaves the generated one to `dataclasses` (~10x slower, frozen ones
+    more): the per-step and per-request value classes of the compiled modules do this.
     """
 
     prefill_tokens: int
     decode_seqs: int
     context_tokens: int
     attention_pairs: int
-    prefill_seqs: int = 0
+    prefill_seqs: int
+
+    def __init__(
+        self,
+        prefill_tokens: int,
+        decode_seqs: int,
+        context_tokens: int,
+        attention_pairs: int,
+        prefill_seqs: int = 0,
+    ) -> None:
+        self.prefill_tokens = prefill_tokens
+        self.decode_seqs = decode_seqs
+        self.context_tokens = context_tokens
+        self.attention_pairs = attention_pairs
+        self.prefill_seqs = prefill_seqs
 
     @property
     def num_tokens(self) -> int:

@@ -66,7 +66,9 @@ class PriorityQueue:
     def add(self, req: EngineRequest) -> None:
         heapq.heappush(self._heap, (req.priority, req.arrival_s, req.seq, req))
 
-    prepend = add
+    def prepend(self, req: EngineRequest) -> None:
+        """A preempted request re-enters at its own rank."""
+        self.add(req)
 
     def peek(self) -> EngineRequest:
         return self._heap[0][3]

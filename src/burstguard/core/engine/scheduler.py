@@ -12,7 +12,7 @@ Without chunked prefill a prompt must fit the remaining budget whole.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from burstguard.core.engine.config import EngineConfig
 from burstguard.core.engine.kv_cache import BlockPool
@@ -21,14 +21,26 @@ from burstguard.core.engine.queue import create_queue
 from burstguard.core.engine.request import EngineRequest, RequestStatus
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # (init=False: see `BatchShape`)
 class ScheduledBatch:
     """One step's decisions: (request, tokens to compute) pairs and who was preempted."""
 
-    entries: list[tuple[EngineRequest, int]] = field(default_factory=list)
-    started: list[EngineRequest] = field(default_factory=list)
-    preempted: list[EngineRequest] = field(default_factory=list)
-    shape: BatchShape = field(default_factory=lambda: BatchShape(0, 0, 0, 0))
+    entries: list[tuple[EngineRequest, int]]
+    started: list[EngineRequest]
+    preempted: list[EngineRequest]
+    shape: BatchShape
+
+    def __init__(
+        self,
+        entries: list[tuple[EngineRequest, int]] | None = None,
+        started: list[EngineRequest] | None = None,
+        preempted: list[EngineRequest] | None = None,
+        shape: BatchShape | None = None,
+    ) -> None:
+        self.entries = [] if entries is None else entries
+        self.started = [] if started is None else started
+        self.preempted = [] if preempted is None else preempted
+        self.shape = BatchShape(0, 0, 0, 0) if shape is None else shape
 
     @property
     def num_scheduled_tokens(self) -> int:
@@ -88,24 +100,27 @@ class Scheduler:
             if num_new <= 0:
                 i += 1
                 continue
-            fits = done + num_new <= req.num_blocks * bs
-            while not fits and not pool.allocate(req, num_new):
-                victim = self._victim()
-                victim_index = running.index(victim)
-                self._preempt(victim)
-                preempted.append(victim)
-                if victim in scheduled:
-                    budget += scheduled.pop(victim)
-                if victim is req:
-                    break
-                if victim_index < i:
-                    i -= 1
-            else:
-                scheduled[req] = num_new
-                budget -= num_new
-                if caching:
-                    pool.register_full_blocks(req, done + num_new)
-                i += 1
+            if done + num_new > req.num_blocks * bs:
+                preempted_self = False
+                while not pool.allocate(req, num_new):
+                    victim = self._victim()
+                    victim_index = running.index(victim)
+                    self._preempt(victim)
+                    preempted.append(victim)
+                    if victim in scheduled:
+                        budget += scheduled.pop(victim)
+                    if victim is req:
+                        preempted_self = True
+                        break
+                    if victim_index < i:
+                        i -= 1
+                if preempted_self:
+                    continue  # running[i] is now the next request
+            scheduled[req] = num_new
+            budget -= num_new
+            if caching:
+                pool.register_full_blocks(req, done + num_new)
+            i += 1
         started: list[EngineRequest] = []
         if not preempted:
             self._admit(scheduled, started, budget, now)

@@ -142,7 +142,7 @@ class InFlightLimits:
     def __init__(self, cfg: AdmissionConfig, interval_s: float) -> None:
         self._cfg = cfg
         self._interval = interval_s
-        self.requests: float = cfg.max_in_flight
+        self.requests: float = float(cfg.max_in_flight)
         self.tokens: float = (
             math.inf if cfg.max_in_flight_tokens is None else (cfg.max_in_flight_tokens)
         )

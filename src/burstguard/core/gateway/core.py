@@ -320,7 +320,7 @@ class GatewayCore:
             # the fleet grew past one backend: their own caps adapt from now on, and the
             # gateway-wide caps (shrunk while one backend was alone, say overloaded
             # before a scale-up) go back to the configured ones; nothing adapts them now
-            self._limits.requests = self._adm.max_in_flight
+            self._limits.requests = float(self._adm.max_in_flight)
             self._limits.tokens = self._adm.max_in_flight_tokens or math.inf
         self._backend = event.state if sole else None
 
@@ -645,7 +645,7 @@ class GatewayCore:
                 mean_cost = (q.tokens + e.cost) / (q.count + 1)
                 excess: float = max(excess_t, excess_n * mean_cost)
             else:
-                excess = excess_n
+                excess = float(excess_n)
             drain = estimate_wait(excess, self._class_rate(cls, now))
             return self._reject(e, Reason.QUEUE_FULL, drain, now)
         for v in victims:

@@ -187,7 +187,9 @@ class VirtualTokenCounter:
             return
         self._high = max(self._high, c)
 
-    fleet_service = charge
+    def fleet_service(self, tenant: str, tokens: float) -> None:
+        """What other replicas served a tenant counts as if served here."""
+        self.charge(tenant, tokens)
 
     def tracked(self) -> list[str]:
         return [*self._counter, *self._idle]
