@@ -16,9 +16,10 @@ from google.protobuf import struct_pb2
 
 from burstguard.core.gateway.classify import Classifier
 from burstguard.core.gateway.config import GatewayConfig
+from burstguard.core.gateway.epp import epp_config
 from burstguard.errors import ConfigError
 from burstguard.live.epp import protocol
-from burstguard.live.epp.server import EndpointPicker, epp_config
+from burstguard.live.epp.server import EndpointPicker
 
 A, B = "http://10.0.0.1:8000", "http://10.0.0.2:8000"
 
