@@ -170,6 +170,10 @@ def main() -> None:
         help="measure it live through Envoy + burstguard epp, or the gateway",
     )
     parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument(
+        "--epp", action="store_true",
+        help="virtual time: the config as `burstguard epp` runs it (the --live epp prediction)",
+    )  # fmt: skip
     args = parser.parse_args()
     setup = SETUPS[args.engine]
     profile = Profile.load(setup.profile)
@@ -179,7 +183,8 @@ def main() -> None:
     cap = capacity(setup.mix, engine, profile)
     via = args.live or "gateway"
     how = (f"live through {'Envoy + burstguard epp' if via == 'epp' else 'burstguard gateway'}"
-           if args.live else "virtual time")  # fmt: skip
+           if args.live else "virtual time" + (" as burstguard epp runs it" if args.epp
+                                               else ""))  # fmt: skip
     print(f"capacity {cap:.2f} req/s ({setup.slots} slots, backlog drained); "
           f"config {config_path}; {how}")  # fmt: skip
     print(f"| load | seed | interactive TTFT <= {setup.ttft_s:g} s direct / {via} | "
@@ -198,7 +203,7 @@ def main() -> None:
                 spec = replace(setup.mix, rate=load * cap, seed=seed, duration_s=args.duration)
                 wl = synthesize(spec)
                 if live is None:
-                    d, g = compare(wl, engine, profile, config, setup.ttft_s)
+                    d, g = compare(wl, engine, profile, config, setup.ttft_s, args.epp)
                 else:
                     d, g = live.run(wl, f"{load:g}-{seed}")
                 share = g.output_tokens_per_s / d.output_tokens_per_s
