@@ -24,9 +24,15 @@ turns the stream's messages into events and the core's effects into ext_proc ans
   another error `Fail`, and a stream that ends before the answer did (the client hung up,
   Envoy reset it) `Cancel`. So slots, the predictor, fairness and /metrics stay exact.
 
-Not here, because they need the proxy itself: preemption with resume (the picker cannot
-close an upstream it does not hold, nor continue a client's stream elsewhere: classes'
-`preemptible` and backends' `resume` are turned off, with a warning), failover of a
+Preemption without resume (`epp.preempt: end`, `core.gateway.epp`): when the core preempts
+a request (`Preempt(resume=False)`, already counted failed), the picker ends its answer:
+an OpenAI error event (code `preempted`) with end_of_stream once its body has begun
+(FULL_DUPLEX_STREAMED), else an ImmediateResponse 503 with Retry-After; either way Envoy
+resets the upstream, so the engine frees the slot (checked against a real Envoy).
+
+Not here, because they need the proxy itself: resuming a preempted request (the picker
+holds no client stream to continue: backends' `resume` is off, and without
+`epp.preempt: end` so is `preemptible`, with a warning), failover of a
 started request (Envoy retries to the fallbacks before the first byte; the core only
 learns the failure), and the HTTP limits (`limits.*` on connections, heads, timeouts:
 the gateway's own settings apply). Shared state through Redis is not supported: run one
