@@ -330,15 +330,22 @@ class EndpointPicker(CoreShell):
         ex = _Exchange(rid, a.cls, a.tenant, path, gen.stream, arrival, a.prompt_tokens,
                        include_usage=opts is not None and bool(opts.include_usage))  # fmt: skip
         fut = self._expect(rid)
+        # known from now: the core may preempt it once released, before this coroutine
+        # runs again (then it is answered by the cut, not by the pick)
+        st.ex = ex
+        self._streams[rid] = st
         self.event(Arrive(gr))
         try:
             effect = await fut
         except asyncio.CancelledError:  # Envoy closed the stream: the client went away
             self._waiting.pop(rid, None)
-            ex.outcome = Outcome.CANCELLED
-            self.event(Cancel(rid))
-            self._close(ex)
+            if ex.outcome is None:
+                ex.outcome = Outcome.CANCELLED
+                self.event(Cancel(rid))
+                self._close(ex)
             raise
+        if st.cut:
+            return []
         if isinstance(effect, Reject):
             st.done = True
             return [self._shed(ex, effect)]
@@ -348,8 +355,6 @@ class EndpointPicker(CoreShell):
             self._close(ex)
             return [_error(503, "no backend", "upstream_error", "backend_unreachable")]
         assert isinstance(effect, Release)
-        st.ex = ex
-        self._streams[rid] = st
         self._released(ex)
         ex.endpoints = self._endpoints(effect.backend, allowed)
         out_body = json_bytes(upstream_body(a.data, gen.stream, effect.priority))
