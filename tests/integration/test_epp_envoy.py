@@ -7,7 +7,10 @@ ORIGINAL_DST on `x-gateway-destination-endpoint`), never a mock.
   error shape, through Envoy;
 - a SIGKILLed replica is no longer picked;
 - a client that hangs up mid-stream (or while queued) frees its slot: the next request is
-  served, and the picker counts it cancelled.
+  served, and the picker counts it cancelled;
+- with `epp.preempt: end`, a burst of interactive requests takes the slots of batch
+  streams: those end with an error event (code preempted), Envoy closes their upstreams
+  (the engine's running count drops) and the picker counts the preemptions.
 """
 
 from __future__ import annotations
@@ -78,10 +81,11 @@ class Stack:
 
 @contextlib.contextmanager
 def stack(
-    tmp_path: Path, config: dict[str, object], replicas: int = 2, speedup: float = 20.0
-) -> Iterator[Stack]:
+    tmp_path: Path, config: dict[str, object], replicas: int = 2, speedup: float = 20.0,
+    emulator_args: tuple[str, ...] = (),
+) -> Iterator[Stack]:  # fmt: skip
     envoy_binary()  # skipped (outside CI) before anything starts when Envoy is missing
-    ems = [start_emulator(tmp_path, speedup=speedup) for _ in range(replicas)]
+    ems = [start_emulator(tmp_path, *emulator_args, speedup=speedup) for _ in range(replicas)]
     started: list[ManagedProcess] = []
     try:
         for e in ems:
@@ -286,6 +290,85 @@ def test_a_client_that_hangs_up_frees_its_slot(tmp_path: Path) -> None:
         while metrics(s.urls[0]).get(running, 0) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert metrics(s.urls[0]).get(running, 0) == 0
+
+
+async def _stream_lines(
+    session: aiohttp.ClientSession, url: str, body: dict[str, object], cls: str,
+    started: asyncio.Event | None = None,
+) -> tuple[int, float | None, list[bytes]]:  # fmt: skip
+    """(status, seconds to the first token or None, the answer's non-empty lines)."""
+    t0 = time.monotonic()
+    ttft = None
+    lines: list[bytes] = []
+    async with session.post(url + "/v1/completions", json=body,
+                            headers={"x-burstguard-class": cls}) as resp:  # fmt: skip
+        async for raw in resp.content:
+            line = raw.strip()
+            if line:
+                lines.append(line)
+            if ttft is None and b'"text"' in line:
+                ttft = time.monotonic() - t0
+                if started is not None:
+                    started.set()
+        return resp.status, ttft, lines
+
+
+def test_preempted_batch_streams_end_with_an_error_and_free_their_slots(tmp_path: Path) -> None:
+    """Two batch streams hold the engine's two slots; a burst of three interactive requests
+    gets its first tokens at once because the picker ends the batch streams (`epp.preempt:
+    end`): each batch client reads an OpenAI error event, code `preempted`, and no [DONE]
+    (not a truncation that looks like success); the engine stops both; the picker counts
+    two preemptions, two failed batch requests. (With `preempt: off` the burst waits for
+    the batch streams' 4000 tokens: about 40 s.)"""
+    config = {
+        "classes": [{"name": "interactive", "rank": 0, "ttft_target_s": 1.0},
+                    {"name": "batch", "rank": 1, "preemptible": True}],
+        "default_class": "interactive",
+        "admission": {"max_in_flight": 2, "min_in_flight": 1, "adapt": False},
+        "engine_speedup": 1.0,
+        "epp": {"preempt": "end"},
+    }  # fmt: skip
+    with stack(tmp_path, config, replicas=1, speedup=1.0,
+               emulator_args=("--max-num-seqs", "2")) as s:  # fmt: skip
+        long = {"model": MODEL, "prompt": "hi " * 20, "max_tokens": 4000, "stream": True,
+                "ignore_eos": True}  # fmt: skip
+        short = {"model": MODEL, "prompt": "hello", "max_tokens": 5, "stream": True,
+                 "ignore_eos": True}  # fmt: skip
+        running = f'vllm:num_requests_running{{model_name="{MODEL}"}}'
+
+        async def burst() -> tuple[list[tuple[int, float | None, list[bytes]]], ...]:
+            timeout = aiohttp.ClientTimeout(total=15)
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                flowing = [asyncio.Event(), asyncio.Event()]
+                batch = [asyncio.ensure_future(_stream_lines(session, s.gateway, long, "batch",
+                                                             ev)) for ev in flowing]  # fmt: skip
+                await asyncio.wait_for(asyncio.gather(*(ev.wait() for ev in flowing)), 10)
+                assert metrics(s.urls[0]).get(running) == 2  # both slots are batch's
+                inter = await asyncio.gather(
+                    *(_stream_lines(session, s.gateway, short, "interactive") for _ in range(3))
+                )
+                return inter, await asyncio.gather(*batch)
+
+        inter, batch = asyncio.run(burst())
+        for status, ttft, lines in inter:
+            assert status == 200 and ttft is not None and ttft < 1.0, (status, ttft)
+            assert lines[-1] == b"data: [DONE]"
+        for status, ttft, lines in batch:
+            assert status == 200 and ttft is not None
+            assert b"data: [DONE]" not in lines  # not a whole answer
+            err = json.loads(lines[-1].removeprefix(b"data: "))["error"]
+            assert err["code"] == "preempted" and err["type"] == "service_unavailable"
+            assert "retry after" in err["message"]
+        # Envoy closed both upstreams: the engine stopped the batch streams
+        deadline = time.monotonic() + 5
+        while metrics(s.urls[0]).get(running, 0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert metrics(s.urls[0]).get(running, 0) == 0
+        m = metrics(s.picker)
+        assert m['burstguard_preemptions_total{class="batch"}'] == 2
+        assert m['llm_request_total{class="batch",outcome="failed"}'] == 2
+        assert m['llm_request_total{class="interactive",outcome="completed"}'] == 3
+        assert m["burstguard_in_flight_requests"] == 0
 
 
 def test_the_pickers_metrics_need_the_metrics_key_and_name_no_address(tmp_path: Path) -> None:

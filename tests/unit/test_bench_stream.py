@@ -62,6 +62,15 @@ async def test_no_done_is_a_broken_stream() -> None:
     assert a.error == "stream_broken" and a.detail is not None and "[DONE]" in a.detail
 
 
+async def test_an_error_event_is_a_broken_stream_with_its_code_and_tokens() -> None:
+    """A server that ends a stream with an OpenAI error event (the picker's preemption,
+    the gateway's in-band errors): broken, its `code` kept, the tokens received counted."""
+    err = '{"error": {"message": "m", "type": "service_unavailable", "code": "preempted"}}'
+    a = await fetch(stream(3, None, done=False) + f"data: {err}\n\n")
+    assert a.error == "stream_broken" and a.error_code == "preempted"
+    assert a.completion_tokens == 3
+
+
 def test_events_split_across_reads_and_usage_are_read() -> None:
     """Events cut mid-line between reads, \\r\\n separators, several tokens in one read
     (gap 0), the usage event and [DONE]."""

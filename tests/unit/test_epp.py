@@ -16,9 +16,10 @@ from google.protobuf import struct_pb2
 
 from burstguard.core.gateway.classify import Classifier
 from burstguard.core.gateway.config import GatewayConfig
+from burstguard.core.gateway.epp import epp_config
 from burstguard.errors import ConfigError
 from burstguard.live.epp import protocol
-from burstguard.live.epp.server import EndpointPicker, epp_config
+from burstguard.live.epp.server import EndpointPicker
 
 A, B = "http://10.0.0.1:8000", "http://10.0.0.2:8000"
 
@@ -230,6 +231,11 @@ def test_what_needs_the_proxy_is_off_and_redis_is_refused() -> None:
     assert not any(c.preemptible for c in out.classes) and not out.backends[0].resume
     assert not out.backend_deadlines.enabled  # Envoy holds the upstream call
     assert len(notes) == 3
+    # epp.preempt: end keeps them preemptible: cut with an error, never resumed
+    ends = cfg.model_copy(update={"epp": cfg.epp.model_copy(update={"preempt": "end"})})
+    out, notes = epp_config(ends)
+    assert [c.preemptible for c in out.classes] == [False, True] and not out.backends[0].resume
+    assert "not resumed" in notes[0]
     shared = {"redis": {"url": "redis://127.0.0.1:1"}}
     redis = GatewayConfig.from_dict({"backends": [{"url": A}], "fleet": shared})
     with pytest.raises(ConfigError, match="Redis"):

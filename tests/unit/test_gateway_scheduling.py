@@ -144,6 +144,50 @@ def test_no_preemption_without_a_backend_that_resumes_or_before_min_run() -> Non
         assert any(isinstance(e, Preempt) for e in out) is preempts
 
 
+def test_preempt_ends_cuts_a_request_that_cannot_resume_once_and_counts_it() -> None:
+    """`preempt_ends` (the picker's `epp.preempt: end`): a preemptible request on a backend
+    that does not resume is preempted without resume (`Preempt(resume=False)`), counted
+    failed and preempted, and never released again; `min_run_s` and a class that is not
+    preemptible hold as with resume; `max_preemptions: 0` means never."""
+    no_resume = [{"url": "http://unused"}]
+    batch = {"name": "batch", "rank": 1, "preemptible": True, "min_run_s": 1.0}
+    cfg = config(backends=no_resume, classes=[
+        {"name": "interactive", "rank": 0}, batch, {"name": "standard", "rank": 2}])  # fmt: skip
+    assert not any(isinstance(e, Preempt) for e in _fill_and_burst(GatewayCore(cfg), 2.0))
+    gw = GatewayCore(cfg, preempt_ends=True)
+    gw.handle(Arrive(req("s0", "standard", 0.0)), 0.0)  # not preemptible: never cut
+    for i in range(3):
+        gw.handle(Arrive(req(f"b{i}", "batch", 0.0)), 0.0)
+    gw.handle(FirstToken("b0"), 0.1)
+    gw.handle(FirstToken("b2"), 0.3)
+    early = gw.handle(Arrive(req("i0", "interactive", 0.5)), 0.5)
+    assert not any(isinstance(e, Preempt) for e in early)  # min_run_s: 1 s
+    out = gw.handle(Tick(), 1.0)  # b1: no first token, the fewest tokens out
+    assert kinds(out) == [("Preempt", "b1"), ("Release", "i0")]
+    assert isinstance(out[0], Preempt) and not out[0].resume
+    out = gw.handle(Arrive(req("i1", "interactive", 1.1)), 1.1)
+    assert kinds(out) == [("Preempt", "b2"), ("Release", "i1")]  # the latest first token
+    out = gw.handle(Arrive(req("i2", "interactive", 1.2)), 1.2)
+    assert kinds(out) == [("Preempt", "b0"), ("Release", "i2")]
+    assert gw.handle(Arrive(req("i3", "interactive", 1.3)), 1.3) == []  # s0 stays; i3 waits
+    stats = gw.stats
+    assert stats.preemptions["batch"] == 3 and stats.outcomes["batch"]["failed"] == 3
+    assert stats.in_flight_requests == 4 and stats.queue_depth["batch"] == 0
+    gw.handle(Finish("b1", 10), 1.4)  # a late word about an ended request changes nothing
+    assert gw.stats.outcomes["batch"]["completed"] == 0
+    never = config(backends=no_resume, classes=[
+        {"name": "interactive", "rank": 0}, {**batch, "max_preemptions": 0}])  # fmt: skip
+    gw = GatewayCore(never, preempt_ends=True)
+    assert not any(isinstance(e, Preempt) for e in _fill_and_burst(gw, 2.0))
+
+
+def _fill_and_burst(gw: GatewayCore, t: float) -> list[Any]:
+    """Four batch requests fill the slots at 0; an interactive one arrives at `t`."""
+    for i in range(4):
+        gw.handle(Arrive(req(f"b{i}", "batch", 0.0)), 0.0)
+    return gw.handle(Arrive(req("i0", "interactive", t)), t)
+
+
 def test_a_preempted_request_is_never_shed_from_the_queue() -> None:
     """Its client already has a 200 and part of the answer: no expiry, no eviction."""
     cfg = config(
@@ -292,6 +336,36 @@ def test_a_resumed_request_delivers_each_token_once() -> None:
     assert b.ok and b.completion_tokens == 400 and i.ok and i.completion_tokens == 50
     assert b.ttft_s is not None and b.ttft_s < 1.0
     assert result.reprefill_tokens > 512  # the prompt and the tokens produced before
+
+
+def test_the_sim_ends_what_the_picker_preempts_as_the_picker_does() -> None:
+    """`simulate_gateway(epp=True)` with `epp.preempt: end`: a batch stream cut for an
+    interactive request ends at that moment with the picker's in-band error (status 200,
+    `stream_broken`, code preempted, the tokens it had) and is never resumed; one cut before
+    its first token gets the picker's 503. With `preempt: off` nothing is cut and the
+    interactive requests wait."""
+    specs = [
+        RequestSpec("b", 0.0, 512, 800, "batch"),
+        RequestSpec("i", 2.0, 512, 50, "interactive"),
+        RequestSpec("long", 4.0, 7000, 400, "batch"),  # prefills past 4.05
+        RequestSpec("j", 4.05, 512, 50, "interactive"),
+    ]
+    admission = {"max_in_flight": 1, "min_in_flight": 1, "adapt": False}
+    wl, engine = Workload.from_specs(specs), EngineConfig(max_num_seqs=4)
+    result = simulate_gateway(wl, engine, H100, config(admission=admission,
+                              epp={"preempt": "end"}), epp=True)  # fmt: skip
+    b, i, long, j = result.records
+    assert result.gateway is not None and result.gateway.preemptions["batch"] == 2
+    assert result.gateway.outcomes["batch"]["failed"] == 2 and result.reprefill_tokens == 0
+    assert (b.status, b.error, b.error_code) == (200, "stream_broken", "preempted")
+    assert b.e2e_s == pytest.approx(2.0) and b.ttft_s is not None
+    assert 0 < (b.completion_tokens or 0) < 800
+    assert (long.status, long.error_code, long.ttft_s) == (503, "preempted", None)
+    assert long.e2e_s == pytest.approx(0.05)
+    assert i.ok and j.ok and (i.ttft_s or 9) < 1.0 and (j.ttft_s or 9) < 1.0
+    off = simulate_gateway(wl, engine, H100, config(admission=admission), epp=True)
+    assert off.gateway is not None and off.gateway.preemptions["batch"] == 0
+    assert all(r.ok for r in off.records) and (off.records[1].ttft_s or 0) > 1.0
 
 
 def test_a_request_its_shell_cannot_resume_is_not_preempted() -> None:

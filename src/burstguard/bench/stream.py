@@ -124,7 +124,10 @@ class SseReader:
             self.failed = True
             return
         if isinstance(event, dict) and "error" in event and not event.get("choices"):
-            attempt.error, attempt.detail = "stream_broken", str(event["error"])[:200]
+            err = event["error"]
+            attempt.error, attempt.detail = "stream_broken", str(err)[:200]
+            code = err.get("code") if isinstance(err, dict) else None
+            attempt.error_code = code if isinstance(code, str) else None  # e.g. preempted
             self.failed = True
         elif isinstance(event, dict):
             _usage(attempt, event)
@@ -132,10 +135,10 @@ class SseReader:
     def close(self) -> None:
         attempt = self.attempt
         attempt.e2e_s = time.monotonic() - attempt.started
+        if attempt.completion_tokens is None:  # (a broken stream's: what it received)
+            attempt.completion_tokens = self.tokens
         if self.failed:
             return
-        if attempt.completion_tokens is None:
-            attempt.completion_tokens = self.tokens
         if not self.done:
             attempt.error, attempt.detail = "stream_broken", "stream ended without [DONE]"
         elif not self.finished:

@@ -53,6 +53,14 @@ def sim(
             "--gateway", help="Gateway config (YAML): run its policies in front of the engine."
         ),
     ] = None,
+    epp: Annotated[
+        bool,
+        typer.Option(
+            "--epp",
+            help="Run --gateway's config as `burstguard epp` runs it behind Envoy "
+            "(no resume; `epp.preempt: end` ends preempted requests with an error).",
+        ),
+    ] = False,
     replicas: Annotated[
         int,
         typer.Option(
@@ -167,6 +175,8 @@ def sim(
     setup = _Setup(profile, engine_config, _slo(slo), json_out, records_out)
     scaling, replicas = _scaling(autoscaler, min_replicas, max_replicas, cold_start_s, replicas,
                                  closed)  # fmt: skip
+    if epp and gateway is None:
+        raise UserError("--epp: needs --gateway CONFIG (the picker's config)")
     if replicas > 1 and gateway is None and scaling is None:
         raise UserError("--replicas: needs --gateway CONFIG (the router that spreads them)")
     fleet = not closed and (gateway is not None or scaling is not None)
@@ -179,7 +189,7 @@ def sim(
     if gateway_config is not None:
         source = str(gateway) if gateway else "default (fleet)"
         result, extra = _fleet(setup, workload, gateway_config, source, replicas, scaling,
-                               autoscaler, schedule)  # fmt: skip
+                               autoscaler, schedule, epp)  # fmt: skip
     else:
         from burstguard.sim.loop import simulate
 
@@ -338,6 +348,7 @@ def _fleet(
     scaling: ScalingPolicy | None,
     autoscaler: str | None,
     faults: tuple[Fault, ...],
+    epp: bool = False,
 ) -> tuple[SimResult, dict[str, Any]]:
     """Open loop through the gateway core into `replicas` replicas (or an autoscaled fleet),
     with `faults` on their schedule."""
@@ -345,7 +356,7 @@ def _fleet(
 
     res = simulate_gateway(workload, setup.engine, setup.profile, config, replicas,
                            scaling=scaling, progress=_progress_of(workload),
-                           faults=faults)  # fmt: skip
+                           faults=faults, epp=epp)  # fmt: skip
     block = gateway_summary(res, config, source=source)
     block["routed"] = res.routed
     extra: dict[str, Any] = {"gateway": block}

@@ -84,10 +84,11 @@ def compare(
     profile: Profile,
     gateway: GatewayConfig,
     ttft_target_s: float,
+    epp: bool = False,
 ) -> tuple[RunFigures, RunFigures]:
-    """(direct, gateway) figures of one workload."""
+    """(direct, gateway) figures of one workload (`epp`: the gateway as the picker runs it)."""
     direct = simulate(workload, engine, profile)
-    gw = simulate_gateway(workload, engine, profile, gateway)
+    gw = simulate_gateway(workload, engine, profile, gateway, epp=epp)
     preempted = sum(gw.gateway.preemptions.values()) if gw.gateway is not None else 0
     return (
         figures(direct.records, ttft_target_s),

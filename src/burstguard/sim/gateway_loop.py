@@ -14,7 +14,10 @@ policy compared here is the policy deployed:
   (no HTTP hop), with vLLM's `priority` when the backend forwards it; `Preempt` aborts
   the engine request and keeps the client's tokens; a resumed `Release` adds a new engine
   request for the prompt plus those tokens, asking for the rest (what the live gateway
-  sends: completions prompt + text so far);
+  sends: completions prompt + text so far). With `epp`, the config as `burstguard epp`
+  runs it (`core.gateway.epp`): a `Preempt` that does not resume ends the request at
+  once with the picker's answers, an in-band error after its first token (status 200,
+  `stream_broken`, the tokens it received), else a 503 `preempted`;
 - the engine replicas (`sim.replicas.ReplicaSet`, `--replicas N`): each `Release` names
   the replica the core's router picked, as it names a live backend; each replica steps on
   its own, its first tokens and finishes flow back as events, and each is scraped on its
@@ -63,6 +66,7 @@ from burstguard.core.gateway.api import BadRequest
 from burstguard.core.gateway.classify import Classifier
 from burstguard.core.gateway.config import GatewayConfig
 from burstguard.core.gateway.core import PROGRESS_S, TICK_S, GatewayCore, GatewayStats
+from burstguard.core.gateway.epp import epp_config, preempt_ends
 from burstguard.core.gateway.events import (
     Abandon,
     Abort,
@@ -156,16 +160,19 @@ class _GatewaySim:
         seed: int = 0,
         fast_forward: bool = True,
         faults: Sequence[Fault] = (),
+        epp: bool = False,
     ) -> None:
         if replicas < 1:
             raise ValueError("replicas must be >= 1")
         if replica_profiles is not None and len(replica_profiles) != replicas:
             raise ValueError("replica_profiles: one profile per replica")
+        if epp:
+            gateway = epp_config(gateway)[0]
         self.workload = workload
         self.config = gateway
         self.heap = EventHeap()
         self.fleet = Fleet(gateway.fleet)
-        self.gw = GatewayCore(gateway, self.fleet)
+        self.gw = GatewayCore(gateway, self.fleet, epp and preempt_ends(gateway))
         self.classifier = Classifier(gateway)
         self.refused = 0  # refused before the gateway (400): not arrivals to its signals
         self.replicas = ReplicaSet(
@@ -308,7 +315,16 @@ class _GatewaySim:
             self._release(rid, now)
         elif isinstance(effect, Preempt):
             self.replicas.engine(self.where[rid]).abort(rid, now)
-            self.book.resumed_at[rid] = self.book.produced.get(rid, 0)
+            if effect.resume:
+                self.book.resumed_at[rid] = self.book.produced.get(rid, 0)
+            else:  # ended (the picker's cut): an error, never resumed
+                if rec.ttft_s is not None:  # the last event of the stream it has
+                    self._answered(rec, now, 200, "stream_broken")
+                    rec.completion_tokens = self.book.produced.get(rid, 0)
+                else:
+                    self._answered(rec, now, 503, "http_503")
+                rec.error_code = Reason.PREEMPTED
+                self._release(rid, now)
         elif isinstance(effect, Abort):  # past its deadline, or its circuit opened
             url = self.where[rid]
             if url in self.replicas.replicas or url in self.replicas.draining:
@@ -550,6 +566,7 @@ def simulate_gateway(
     fast_forward: bool = True,
     progress: Callable[[float], None] | None = None,
     faults: Sequence[Fault] = (),
+    epp: bool = False,
 ) -> GatewaySimResult:
     """Runs `workload` through the gateway policies of `gateway` into `replicas` engine
     replicas behind its router (each of `profile`, or of its own `replica_profiles`), in
@@ -558,10 +575,12 @@ def simulate_gateway(
     drawn with `seed`). `fast_forward` applies runs of pure decode steps at once (same
     records, computed faster; `sim.replicas`). `progress(virtual now)` is called now and
     then (`EventHeap.run`). `faults` kill or stall replicas on a schedule (`sim.faults`;
-    a `FaultFileError` names one that is not among `replicas`)."""
+    a `FaultFileError` names one that is not among `replicas`). `epp`: `gateway` as
+    `burstguard epp` runs it (`core.gateway.epp`: no resume; preempted requests ended
+    under `epp.preempt: end`)."""
     return _GatewaySim(
         workload, engine, profile, gateway, replicas, replica_profiles, scaling, seed,
-        fast_forward, faults,
+        fast_forward, faults, epp,
     ).run(progress)  # fmt: skip
 
 

@@ -30,5 +30,7 @@ class Reason(StrEnum):
     NO_BACKEND = "no_backend"  # every backend down longer than max_outage_wait_s
     QUOTA = "quota_exceeded"  # its tenant (or key) is over its quota (gateway.quota)
     CLIENT_STALLED = "client_stalled"  # cancelled: its client left its answer unread
+    PREEMPTED = "preempted"  # failed: a better class took its slot and it could not be
+    # resumed (the Endpoint Picker's preemption): a retryable error ends its answer
     SHUTDOWN = "shutdown"  # the gateway stopped (SIGTERM): 503 from the queue, or cut at
     # the end of the drain (failed, one in-band error event)

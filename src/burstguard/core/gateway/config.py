@@ -397,6 +397,12 @@ class EppConfig(_Strict):
         headers.SLO_TTFT_MS, description="a TTFT objective (ms): the cheapest class whose "
         "ttft_target_s meets it, where no key tier, class or objective names one",
     )  # fmt: skip
+    preempt: Literal["off", "end"] = Field(
+        "off", description="what a class's `preemptible: true` means behind the picker, which "
+        "cannot resume: off (no preemption; a better class waits for a free slot) or end (a "
+        "waiting better class takes the slot and the preempted request's answer ends with "
+        "a retryable error, code `preempted`; it is not resumed)",
+    )  # fmt: skip
     fallbacks: int = Field(
         0, ge=0, le=8, description="other healthy endpoints named after the pick, for a "
         "gateway that retries on them (they bypass the queue); 0 for plain Envoy, whose "

@@ -141,10 +141,16 @@ class GatewayStats:
 class GatewayCore:
     """Queue, order, admit, shed and preempt; see the module docstrings of the parts."""
 
-    def __init__(self, config: GatewayConfig, fleet: Fleet | None = None) -> None:
+    def __init__(
+        self, config: GatewayConfig, fleet: Fleet | None = None, preempt_ends: bool = False
+    ) -> None:
         """`fleet`: the backends to route over, which the shell keeps listing (None: one
-        made of `config.backends`)."""
+        made of `config.backends`). `preempt_ends`: a preemptible request that cannot be
+        resumed (its backend does not resume, or its shell cannot: the Endpoint Picker) may
+        still be preempted, and is then ended (`Preempt(resume=False)`, failed) instead of
+        requeued."""
         self.config = config
+        self._preempt_ends = preempt_ends
         self.fleet = fleet if fleet is not None else Fleet(config.fleet, config.backend_urls())
         self._fleet_scale = 1.0 / config.engine_speedup  # core clock -> the fleet's wall clock
         per_backend = config.admission.max_in_flight_per_backend or config.admission.max_in_flight
@@ -367,6 +373,10 @@ class GatewayCore:
         """Whether the backend running `request_id` continues a text it is given."""
         url = self.fleet.backend_of(request_id)
         return url is not None and self.backend_options(url).resume
+
+    def _resumable(self, e: Entry) -> bool:
+        """Whether `e`, in flight, can be preempted and continued later where it stopped."""
+        return e.req.resumable and self._resumes(e.req.id)
 
     def _priority(self, e: Entry, url: str) -> int | None:
         return e.cls.rank if self.backend_options(url).forward_priority else None
@@ -853,10 +863,14 @@ class GatewayCore:
             if victim is None:
                 return False  # a worse class finds fewer victims still
             waiting = self._picker.fairness(q.cls.name).pick(q)
-            self._requeue(victim)
             victim.preemptions += 1
             self._preemptions[victim.cls.name] += 1
-            out.append(Preempt(victim.req))
+            if self._resumable(victim):
+                self._requeue(victim)
+                out.append(Preempt(victim.req))
+            else:  # ended, not resumed: its client gets a retryable error
+                out.append(Preempt(victim.req, resume=False))
+                self._leave(victim.req.id, now, Outcome.FAILED)
             self._set_caps(now)
             url = self._route(waiting, now)
             if url is None:  # cannot happen: the victim's slot is free
@@ -869,14 +883,14 @@ class GatewayCore:
         """The preemptible request of a class worse than `rank` with the fewest tokens out
         (no first token yet, else the latest first token; ties: worst class, latest
         release), that has run `min_run_s`, has preemptions left and runs on a backend that
-        resumes."""
+        resumes (or may be ended: `preempt_ends`)."""
         best: Entry | None = None
         best_key: tuple[float, int, float] = (-math.inf, 0, 0.0)
         for e in self._preemptible.values():
             c = e.cls
-            if c.rank <= rank or e.preemptions >= c.max_preemptions or not e.req.resumable:
+            if c.rank <= rank or e.preemptions >= c.max_preemptions:
                 continue
-            if not self._resumes(e.req.id):
+            if not self._preempt_ends and not self._resumable(e):
                 continue
             released = e.released_at if e.released_at is not None else now
             if now - released < c.min_run_s or (

@@ -165,10 +165,14 @@ class Reject:
 
 @dataclass(frozen=True, slots=True)
 class Preempt:
-    """Close the request's upstream connection (the engine aborts it and frees its KV) and
-    keep its client: the core requeued it and will `Release` it again (`resumed`)."""
+    """Close the request's upstream connection (the engine aborts it and frees its KV).
+    `resume`: keep its client; the core requeued it and will `Release` it again
+    (`resumed`). Not `resume` (`GatewayCore(preempt_ends=True)`, a request that cannot be
+    continued): end its client's answer with a retryable error (`Reason.PREEMPTED`); the
+    core counted it preempted and failed, and nothing more about it follows."""
 
     req: GatewayRequest
+    resume: bool = True
 
 
 @dataclass(frozen=True, slots=True)

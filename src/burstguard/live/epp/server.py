@@ -24,9 +24,15 @@ turns the stream's messages into events and the core's effects into ext_proc ans
   another error `Fail`, and a stream that ends before the answer did (the client hung up,
   Envoy reset it) `Cancel`. So slots, the predictor, fairness and /metrics stay exact.
 
-Not here, because they need the proxy itself: preemption with resume (the picker cannot
-close an upstream it does not hold, nor continue a client's stream elsewhere: classes'
-`preemptible` and backends' `resume` are turned off, with a warning), failover of a
+Preemption without resume (`epp.preempt: end`, `core.gateway.epp`): when the core preempts
+a request (`Preempt(resume=False)`, already counted failed), the picker ends its answer:
+an OpenAI error event (code `preempted`) with end_of_stream once its body has begun
+(FULL_DUPLEX_STREAMED), else an ImmediateResponse 503 with Retry-After; either way Envoy
+resets the upstream, so the engine frees the slot (checked against a real Envoy).
+
+Not here, because they need the proxy itself: resuming a preempted request (the picker
+holds no client stream to continue: backends' `resume` is off, and without
+`epp.preempt: end` so is `preemptible`, with a warning), failover of a
 started request (Envoy retries to the fallbacks before the first byte; the core only
 learns the failure), and the HTTP limits (`limits.*` on connections, heads, timeouts:
 the gateway's own settings apply). Shared state through Redis is not supported: run one
@@ -58,6 +64,7 @@ from burstguard.core.gateway.api import (
 )
 from burstguard.core.gateway.auth import AuthError, check_bearer
 from burstguard.core.gateway.config import GatewayConfig
+from burstguard.core.gateway.epp import epp_config, preempt_ends
 from burstguard.core.gateway.events import (
     Abandon,
     Abort,
@@ -73,7 +80,6 @@ from burstguard.core.gateway.events import (
     Reject,
     Release,
 )
-from burstguard.errors import ConfigError
 from burstguard.http.client import UPSTREAM_IDLE_S
 from burstguard.http.server import HttpRequest, HttpServer, Responder
 from burstguard.live.epp import protocol
@@ -94,44 +100,6 @@ _GENERATION: dict[str, type[GenerationRequest]] = {
     "/v1/completions": CompletionRequest,
 }
 _MAX_ANSWER_BYTES = 16 << 20  # a JSON answer kept to count its tokens (past it: counted 0)
-
-
-def epp_config(config: GatewayConfig) -> tuple[GatewayConfig, list[str]]:
-    """`config` with what needs the proxy itself turned off, and a line per thing turned
-    off (for the log). Redis-shared limits are refused (ConfigError)."""
-    if config.fleet.redis.url is not None:
-        raise ConfigError(
-            "fleet.redis: burstguard epp does not share limits through Redis; run one "
-            "Endpoint Picker per InferencePool (or the standalone gateway)"
-        )
-    notes: list[str] = []
-    classes = config.classes
-    if any(c.preemptible for c in classes):
-        names = ", ".join(c.name for c in classes if c.preemptible)
-        notes.append(f"classes {names}: preemptible is off in EPP mode (no resume)")
-        classes = tuple(c.model_copy(update={"preemptible": False}) for c in classes)
-    backends = config.backends
-    if any(b.resume for b in backends):
-        notes.append("backends: resume is off in EPP mode (Envoy holds the stream)")
-        backends = tuple(b.model_copy(update={"resume": False}) for b in backends)
-    fleet = config.fleet
-    options = fleet.discovery.options
-    if options is not None and options.resume:
-        notes.append("fleet.discovery.options.resume is off in EPP mode")
-        discovery = fleet.discovery.model_copy(
-            update={"options": options.model_copy(update={"resume": False})}
-        )
-        fleet = fleet.model_copy(update={"discovery": discovery})
-    update: dict[str, object] = {"classes": classes, "backends": backends, "fleet": fleet}
-    if config.metrics.listen is not None:
-        notes.append("metrics.listen is not used in EPP mode: /metrics is on epp.metrics_port "
-                     "(metrics.api_key applies there)")  # fmt: skip
-    if config.backend_deadlines.enabled:
-        notes.append("backend_deadlines are off in EPP mode (Envoy holds the upstream: its "
-                     "route timeouts bound a hung backend)")  # fmt: skip
-        update["backend_deadlines"] = config.backend_deadlines.model_copy(update={"enabled": False})
-    out = config.model_copy(update=update)
-    return out, notes
 
 
 @dataclass(slots=True)
@@ -158,6 +126,10 @@ class _Stream:
     done: bool = False  # answered at once: the stream is over
     duplex: bool = True  # the response body comes FULL_DUPLEX_STREAMED (else STREAMED)
     ex: _Exchange | None = None
+    context: Any = None  # its gRPC stream, for an answer no message asked for (a cut)
+    writing: asyncio.Lock = field(default_factory=asyncio.Lock)  # one write at a time
+    answering: bool = False  # the response's headers were answered: its body has begun
+    cut: bool = False  # preempted: its answer was ended; nothing more is answered
 
 
 class EndpointPicker(CoreShell):
@@ -167,7 +139,9 @@ class EndpointPicker(CoreShell):
 
     def __init__(self, config: GatewayConfig) -> None:
         config, self.notes = epp_config(config)
-        super().__init__(config)
+        super().__init__(config, preempt_ends=preempt_ends(config))
+        self._streams: dict[str, _Stream] = {}  # released and not ended, by request id
+        self._cuts: set[asyncio.Task[None]] = set()
         self.metrics.registry.register(FleetCollector(self.fleet, self._clock, None, self.names))
         self.health = health_aio.HealthServicer()
         self._session: aiohttp.ClientSession | None = None
@@ -233,8 +207,10 @@ class EndpointPicker(CoreShell):
             return
         if isinstance(effect, Abort):  # never: `epp_config` turns backend_deadlines off
             return
-        if isinstance(effect, Preempt):  # classes are not preemptible here (`epp_config`)
-            log.warning("request %s: preemption is not available in EPP mode", effect.req.id)
+        if isinstance(effect, Preempt):  # never resumed here (`epp_config`)
+            st = self._streams.get(effect.req.id)
+            if st is not None:
+                self._preempted(st)
             return
         # not waiting: an Abandon after a failure whose answer Envoy already gave
         self._wake(effect.req.id, effect)
@@ -254,22 +230,30 @@ class EndpointPicker(CoreShell):
     async def process(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         """Serves one ext_proc stream (one HTTP request) to its end: messages in, answers
         out. A stream that ends before its answer did is a client gone (`Cancel`)."""
-        st = _Stream()
+        st = _Stream(context=context)
         try:
             while not st.done:
                 msg = await context.read()
                 if msg is grpc.aio.EOF:
                     break
+                if st.cut:
+                    continue  # its answer was ended: what Envoy still sends goes unanswered
                 assert isinstance(msg, pb.ProcessingRequest)
                 kind = msg.WhichOneof("request")
                 if kind == "response_body":  # most messages: no coroutine on their path
                     answers = self._response_body(st, msg.response_body)
                 else:
                     answers = await self._on(st, msg, kind)
-                for answer in answers:
-                    await context.write(answer)
+                if answers:
+                    async with st.writing:
+                        if st.cut:  # ended while this message was read
+                            continue
+                        for answer in answers:
+                            await context.write(answer)
         finally:
             ex = st.ex
+            if ex is not None:
+                self._streams.pop(ex.rid, None)
             if ex is not None and ex.outcome is None:
                 if ex.status == 200 and ex.relay is not None and ex.relay.finished():
                     self._answered(st)  # whole: its client closed after `[DONE]` (openai's SDK)
@@ -346,15 +330,22 @@ class EndpointPicker(CoreShell):
         ex = _Exchange(rid, a.cls, a.tenant, path, gen.stream, arrival, a.prompt_tokens,
                        include_usage=opts is not None and bool(opts.include_usage))  # fmt: skip
         fut = self._expect(rid)
+        # known from now: the core may preempt it once released, before this coroutine
+        # runs again (then it is answered by the cut, not by the pick)
+        st.ex = ex
+        self._streams[rid] = st
         self.event(Arrive(gr))
         try:
             effect = await fut
         except asyncio.CancelledError:  # Envoy closed the stream: the client went away
             self._waiting.pop(rid, None)
-            ex.outcome = Outcome.CANCELLED
-            self.event(Cancel(rid))
-            self._close(ex)
+            if ex.outcome is None:
+                ex.outcome = Outcome.CANCELLED
+                self.event(Cancel(rid))
+                self._close(ex)
             raise
+        if st.cut:
+            return []
         if isinstance(effect, Reject):
             st.done = True
             return [self._shed(ex, effect)]
@@ -364,7 +355,6 @@ class EndpointPicker(CoreShell):
             self._close(ex)
             return [_error(503, "no backend", "upstream_error", "backend_unreachable")]
         assert isinstance(effect, Release)
-        st.ex = ex
         self._released(ex)
         ex.endpoints = self._endpoints(effect.backend, allowed)
         out_body = json_bytes(upstream_body(a.data, gen.stream, effect.priority))
@@ -445,6 +435,7 @@ class EndpointPicker(CoreShell):
                                 strip_usage=not ex.include_usage, keep_text=False)  # fmt: skip
         if msg.response_headers.end_of_stream:
             self._answered(st)
+        st.answering = True
         return protocol.headers_answer(
             "response_headers", (("x-request-id", ex.rid), ("x-burstguard-class", ex.cls))
         )
@@ -473,6 +464,48 @@ class EndpointPicker(CoreShell):
         if not data and not end:
             return []  # an edited stream's partial event: it goes with the read that ends it
         return list(protocol.streamed_body("response_body", data, end))
+
+    # -- preemption: the answer ended with a retryable error --------------------------
+
+    def _preempted(self, st: _Stream) -> None:
+        """The core preempted it and will not resume it (it counted it failed): its
+        client's answer ends with a retryable error, which makes Envoy close the upstream
+        (the engine frees the slot). Counted and logged here; the cut is written at once."""
+        ex = st.ex
+        if ex is None or ex.outcome is not None or st.cut:
+            return
+        st.cut = True
+        if ex.relay is not None:
+            ex.output_tokens = ex.relay.tokens()
+        ex.outcome, ex.reason = Outcome.FAILED, Reason.PREEMPTED
+        self.metrics.preemptions_of(ex.cls).inc()
+        self._close(ex, preempted=True)
+        task = asyncio.get_running_loop().create_task(self._cut(st))
+        self._cuts.add(task)
+        task.add_done_callback(self._cuts.discard)
+
+    async def _cut(self, st: _Stream) -> None:
+        """Writes the answer that ends a preempted request: its stream's last event, an
+        OpenAI error (FULL_DUPLEX_STREAMED, once its body has begun), else an immediate
+        503 with Retry-After (Envoy sends it in place of the engine's answer, or resets
+        the client's stream where that has begun)."""
+        ex = st.ex
+        assert ex is not None
+        retry = retry_after_header(self.config.admission.min_retry_after_s / self._speedup)
+        message = (f"preempted by a request of a higher-priority class; not resumed behind "
+                   f"the Endpoint Picker; retry after {retry} s")  # fmt: skip
+        if st.answering and st.duplex and ex.relay is not None:
+            err = {"message": message, "type": "service_unavailable", "param": None,
+                   "code": Reason.PREEMPTED.value}  # fmt: skip
+            event = b"data: " + json_bytes({"error": err}) + b"\n\n"
+            answers = list(protocol.streamed_body("response_body", event, True))
+        else:
+            answers = [_error(503, message, "service_unavailable", Reason.PREEMPTED,
+                              (("retry-after", retry), ("x-request-id", ex.rid)))]  # fmt: skip
+        async with st.writing:
+            with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError, RuntimeError):
+                for answer in answers:
+                    await st.context.write(answer)
 
     def _answered(self, st: _Stream) -> None:
         """The answer ended: its one outcome, told to the core."""
@@ -507,11 +540,12 @@ class EndpointPicker(CoreShell):
         ex.outcome, ex.reason = Outcome.FAILED, kind
         self.event(BackendFailed(ex.rid, reason, started=True))
 
-    def _close(self, ex: _Exchange) -> None:
+    def _close(self, ex: _Exchange, preempted: bool = False) -> None:
         """Counts the outcome once and writes the request's log line."""
         outcome = ex.outcome or Outcome.FAILED
         self.metrics.ended(ex.cls, outcome, ex.reason)
-        self._log_line(ex, outcome, endpoints=ex.endpoints, served=ex.served)
+        self._log_line(ex, outcome, endpoints=ex.endpoints, served=ex.served,
+                       preemptions=int(preempted))  # fmt: skip
 
     # -- HTTP: /metrics, /health, /ready ------------------------------------------------
 

@@ -333,7 +333,8 @@ class GatewayMetrics:
         self.work = WorkCounts()  # the same totals, unlabelled, for the autoscaler
         self.preemptions = Counter(
             "burstguard_preemptions",
-            "In-flight requests the gateway preempted for a better class (each resumed later)",
+            "In-flight requests preempted for a better class (the gateway resumes them later; "
+            "behind the picker, `epp.preempt: end`, they end with an error)",
             ["class"],
             registry=r,
         )

@@ -85,8 +85,9 @@ class CoreShell:
     _what = "gateway"  # in the tick's error line
 
     def __init__(
-        self, config: GatewayConfig, snapshot: Callable[[], GaugeSnapshot] | None = None
-    ) -> None:
+        self, config: GatewayConfig, snapshot: Callable[[], GaugeSnapshot] | None = None,
+        preempt_ends: bool = False,
+    ) -> None:  # fmt: skip
         discovery = config.fleet.discovery
         if not config.backends and discovery.dns is None and discovery.file is None:
             raise ConfigError("backends: at least one backend is required (or pass --backend URL)")
@@ -94,7 +95,7 @@ class CoreShell:
         self._clock = time.monotonic  # the HTTP server stamps requests on it too
         self._speedup = config.engine_speedup  # the core's clock: engine seconds
         self.fleet = Fleet(config.fleet, (), self._clock())  # its clock: wall seconds
-        self.core = GatewayCore(config, self.fleet)
+        self.core = GatewayCore(config, self.fleet, preempt_ends)
         self.auth = KeyAuthenticator(config.api_keys)
         self.classifier = Classifier(config)
         self.prompt_counters = ModelCounters(config.prompt_tokenizer)
