@@ -79,3 +79,16 @@ def test_pruning_slices_count_against_the_budget() -> None:
         with Runner(score, workers=2) as runner, Runner(sliced, workers=2) as part:
             optuna_search("tpe", AXES, runner, budget=budget, slice_runner=part)
         assert runner.evaluations + 0.2 * part.evaluations <= budget + 1e-9
+
+
+def test_after_the_design_the_searches_try_its_additive_prediction() -> None:
+    """From a=0, b=5 the design's best one-knob moves are a=4 and b=1 (each alone well
+    short of the optimum); together they are the optimum, tried next."""
+    start = (("a", 0), ("b", 5))
+    size = design_size(AXES, 14)
+    for strategy in ("tpe", "nsga2", "motpe"):
+        with Runner(score, workers=1) as runner:
+            trials = optuna_search(strategy, AXES, runner, budget=14, start=start)
+        assert max(t.met for t in trials[:size]) < 70, strategy
+        assert trials[size].candidate == (("a", 4), ("b", 1)), strategy
+        assert trials[size].met == 100

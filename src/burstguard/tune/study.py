@@ -18,7 +18,9 @@ and its one-knob neighbours, the same points a coordinate descent's first pass t
 around it, each knob's farthest value first, round-robin over the knobs, up to half the
 budget (`design_size`). On a budget of tens of simulations random startup trials are most
 of the search; a design that moves one knob at a time shows the sampler each knob's
-effect from a point known to be sane, and the other half is the sampler's.
+effect from a point known to be sane, and the other half is the sampler's. The first
+trial after the design is what it predicts if the knobs' effects add up (`combined`: each
+knob at its best one-knob move), the step a descent takes a knob at a time.
 
 The budget counts simulations of the whole workload: a slice costs its share of the
 requests, a candidate seen before (the sampler proposes it again) costs nothing and is
@@ -34,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from burstguard.tune.objective import Trial
-from burstguard.tune.search import with_value
+from burstguard.tune.search import rank_key, with_value
 from burstguard.tune.space import Candidate
 
 if TYPE_CHECKING:
@@ -148,7 +150,28 @@ def optuna_search(
             seen[cand] = result
             spent += 1.0
             study.tell(trial, _values(result, multi))
+        if design and all(c in seen or c in pruned for c in design):
+            combo = combined(design[0], seen)
+            if combo not in seen and valid(combo):
+                study.enqueue_trial(dict(combo))
+            design = []
     return list(seen.values())
+
+
+def combined(start: Candidate, trials: Mapping[Candidate, Trial]) -> Candidate:
+    """What the initial design predicts if the knobs' effects add up: each knob at the
+    value whose one-knob move from `start` ranked best (`search.rank_key`), where it beat
+    the start; the others at the start's."""
+    if start not in trials:
+        return start
+    out = dict(start)
+    for knob, here in start:
+        row = [t for c, t in trials.items() if dict(c)[knob] != here
+               and with_value(c, knob, here) == start]  # fmt: skip
+        top = max(row, key=rank_key, default=None)
+        if top is not None and rank_key(top) > rank_key(trials[start]):
+            out[knob] = dict(top.candidate)[knob]
+    return tuple(out.items())
 
 
 def _study(strategy: str, seed: int, startup: int) -> optuna.Study:
