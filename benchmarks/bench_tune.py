@@ -1,10 +1,12 @@
-"""Optuna (TPE, NSGA-II) vs coordinate descent on the same budget of simulations
-(issue 34): the engine flags and a kpa policy searched jointly on a fleet, on two traces.
-Coordinate descent runs to its end; its number of simulations is the budget the Optuna
-searches get (a TPE pruning slice counts as its share). Printed per trace and search:
-simulations spent, the best goodput per replica-second, and the frontier's hypervolume
-(cost vs SLO attainment, against 1.1x the most replica-seconds any search paid and 0%
-attainment: larger is better; the same reference for all three searches of a trace).
+"""Optuna (TPE, NSGA-II, MOTPE) vs coordinate descent on the same budget of simulations
+(issue 34): the engine flags and a kpa policy searched jointly on a fleet, on two traces
+(or a window of them: --from-minute, --minutes). Coordinate descent runs to its end; its
+number of simulations is the budget the Optuna searches get, from the same start
+(`tpe+prune`: a pruning slice counts as its share). Each Optuna search runs on --seeds
+sampler seeds (median, min-max printed). Printed per trace and search: simulations
+spent, the best goodput per replica-second, and the frontier's hypervolume (cost vs SLO
+attainment, against 1.1x the most replica-seconds any search of the table paid and 0%
+attainment: larger is better; one reference per table, so compare within a table).
 
 Run: flock /work/notes/bench.lock .venv/bin/python benchmarks/bench_tune.py [--minutes M]
 """

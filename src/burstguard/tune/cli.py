@@ -163,10 +163,11 @@ def tune(
     best goodput per replica-second, re-checked on a second seed.
 
     A joint search multiplies the grids (the default one has thousands of points): the
-    default coordinate descent tries one knob at a time (it measured at least as good as
-    Optuna on the same budget, benchmarks/bench_tune.py); tpe spends --budget
-    simulations, pruning hopeless candidates on a slice of the workload; nsga2 spends
-    them on the cost vs goodput frontier; --ray spreads the trials over a cluster."""
+    default coordinate descent tries one knob at a time (its best goodput measured ahead
+    of Optuna's on the same budget, benchmarks/bench_tune.py); tpe spends --budget
+    simulations (with --prune, stopping hopeless candidates on a slice of the workload);
+    nsga2 and motpe spend them on the cost vs goodput frontier; all three start from the
+    base config's one-knob neighbours; --ray spreads the trials over a cluster."""
     if (trace is None) == (pattern_spec is None):
         raise UserError("give exactly one of --trace FILE or --pattern NAME")
     if search not in SEARCHES:
