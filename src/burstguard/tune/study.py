@@ -109,7 +109,6 @@ def optuna_search(
     for cand in design:
         study.enqueue_trial(dict(cand))
     seen: dict[Candidate, Trial] = {}
-    sliced: dict[Candidate, float] = {}  # slice goodput of candidates seen
     pruned: set[Candidate] = set()
     spent, asks = 0.0, 0
     pruning = not multi and slice_runner is not None
@@ -143,7 +142,7 @@ def optuna_search(
             break
         if pruning:  # the pruner waits for the initial design
             assert slice_runner is not None
-            asked, cost = _prune(study, asked, slice_runner, slice_share, sliced, pruned)
+            asked, cost = _prune(study, asked, slice_runner, slice_share, pruned)
             spent += cost
         todo = [c for _, c in asked]
         for (trial, cand), result in zip(asked, runner.run(todo), strict=True):
@@ -198,7 +197,7 @@ def _study(strategy: str, seed: int, startup: int) -> optuna.Study:
 
 
 def _values(trial: Trial, multi: bool) -> float | list[float]:
-    """What Optuna is told: goodput per replica-s (tpe), or (met, replica-s) (nsga2)."""
+    """What Optuna is told: goodput per replica-s (tpe), or (met, replica-s) (nsga2, motpe)."""
     if multi:
         return [float(trial.met), trial.replica_seconds]
     # attainment breaks ties, as `search.rank_key` does, without moving the ranking
@@ -210,7 +209,6 @@ def _prune(
     asked: list[tuple[optuna.trial.Trial, Candidate]],
     slice_runner: TrialRunner,
     share: float,
-    sliced: dict[Candidate, float],
     pruned: set[Candidate],
 ) -> tuple[list[tuple[optuna.trial.Trial, Candidate]], float]:
     """Runs the batch on the slice, reports it at step 0 and tells the pruned ones; the
@@ -220,7 +218,6 @@ def _prune(
     results = slice_runner.run([c for _, c in asked])
     keep = []
     for (trial, cand), result in zip(asked, results, strict=True):
-        sliced[cand] = result.goodput_per_replica_s
         trial.report(result.goodput_per_replica_s, 0)
         if trial.should_prune():
             pruned.add(cand)
