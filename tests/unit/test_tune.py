@@ -102,12 +102,29 @@ def test_tune_cli_prints_frontier_winner_and_second_seed(tmp_path: Path) -> None
     assert isinstance(data["robust"], bool)
 
 
+@pytest.mark.parametrize("search", [["motpe"], ["tpe", "--prune"]])
+def test_tune_cli_optuna_searches_spend_the_budget(search: list[str], tmp_path: Path) -> None:
+    out = tmp_path / "tune.json"
+    proc = subprocess.run(
+        [*BURSTGUARD, "tune", "--pattern", "burst", "--rate", "40", "--duration", "30",
+         "--axis", "max-num-seqs=8,16,64", "--axis", "max-num-batched-tokens=2048,8192",
+         "--axis", "gpu-memory-utilization=0.9", "--axis", "chunked-prefill=on",
+         "--workers", "1", "--budget", "4", "--search", *search, "--json", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["search"] == search[0] and "chosen:" in proc.stdout
+    assert 1 <= data["evaluations"] == len(data["trials"]) <= 4
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
         (["--axis", "max-num-seq=4"], "KNOB=V1,V2"),
         (["--axis", "chunked-prefill=maybe"], "not on/off"),
         (["--search", "random"], "--search must be"),
+        (["--search", "nsga2", "--prune"], "--prune needs --search tpe"),
         (["--class-slo", "interactive"], "CLASS:ttft"),
         (["--max-replicas", "3"], "need --autoscaler"),
         (["--autoscaler", "kpa", "--axis", "max-num-seq=4"], "KNOB=V1,V2"),

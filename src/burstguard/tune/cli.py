@@ -51,7 +51,7 @@ from burstguard.workload.synth import PatternSpec
 if TYPE_CHECKING:
     from burstguard.tune.ray_runner import RayRunner
 
-SEARCHES = ("tpe", "nsga2", "descent", "grid")
+SEARCHES = ("tpe", "nsga2", "motpe", "descent", "grid")
 ROBUST_TOLERANCE = 0.05
 """The winner is robust when no other finalist beats it by more than this on the second
 seed (the workload's own variance moves every finalist alike, so it is only reported)."""
@@ -79,20 +79,28 @@ def tune(
         str,
         typer.Option(
             "--search",
-            help="tpe (Optuna's TPE on goodput per replica-s, hopeless candidates pruned on "
-            "a slice of the workload) | nsga2 (Optuna's NSGA-II: the goodput vs "
-            "replica-seconds frontier) | descent (coordinate descent) | grid (every "
-            "combination)",
+            help="tpe (Optuna's TPE on goodput per replica-s) | nsga2 (Optuna's NSGA-II: "
+            "the goodput vs replica-seconds frontier) | motpe (Optuna's TPE on that "
+            "frontier) | descent (coordinate descent) | grid (every combination)",
         ),
     ] = "descent",
     budget: Annotated[
         float,
         typer.Option(
             "--budget",
-            help="tpe/nsga2: simulations of the whole workload to spend (a pruning slice "
-            "costs its share)",
+            help="tpe/nsga2/motpe: simulations of the whole workload to spend (a pruning "
+            "slice costs its share)",
         ),
     ] = 30.0,
+    prune: Annotated[
+        bool,
+        typer.Option(
+            "--prune",
+            help="tpe: run each candidate on the workload's first fifth of requests first "
+            "and stop the worst quarter there (pays only where a slice ranks candidates as "
+            "the whole workload does)",
+        ),
+    ] = False,
     ray: Annotated[
         str | None,
         typer.Option(
@@ -155,14 +163,17 @@ def tune(
     best goodput per replica-second, re-checked on a second seed.
 
     A joint search multiplies the grids (the default one has thousands of points): the
-    default coordinate descent tries one knob at a time (it measured at least as good as
-    Optuna on the same budget, benchmarks/bench_tune.py); tpe spends --budget
-    simulations, pruning hopeless candidates on a slice of the workload; nsga2 spends
-    them on the cost vs goodput frontier; --ray spreads the trials over a cluster."""
+    default coordinate descent tries one knob at a time (its best goodput measured ahead
+    of Optuna's on the same budget, benchmarks/bench_tune.py); tpe spends --budget
+    simulations (with --prune, stopping hopeless candidates on a slice of the workload);
+    nsga2 and motpe spend them on the cost vs goodput frontier; all three start from the
+    base config's one-knob neighbours; --ray spreads the trials over a cluster."""
     if (trace is None) == (pattern_spec is None):
         raise UserError("give exactly one of --trace FILE or --pattern NAME")
     if search not in SEARCHES:
         raise UserError(f"--search must be one of {', '.join(SEARCHES)} (got {search!r})")
+    if prune and search != "tpe":
+        raise UserError("--prune needs --search tpe")
     if budget < 1:
         raise UserError("--budget must be >= 1 (simulations of the whole workload)")
     if workers < 0:
@@ -207,14 +218,15 @@ def tune(
             trials = grid_search(candidates, runner)
         elif search == "descent":
             trials = coordinate_descent(axes, start, runner, objective.valid)
-        else:
+        elif prune:
             part = replace(objective, workload=head(workload, SLICE_SHARE))
             with make_runner(part, runner.workers, None, ray) as slices:
-                pruning = slices if search == "tpe" else None
                 trials = optuna_search(
-                    search, axes, runner, budget, objective.valid, pruning, start=start
+                    search, axes, runner, budget, objective.valid, slices, start=start
                 )
-            n_workers = runner.workers
+        else:
+            trials = optuna_search(search, axes, runner, budget, objective.valid, start=start)
+        n_workers = runner.workers
     elapsed = time.monotonic() - started
     winner = best(trials)
     finalists = sorted(trials, key=rank_key, reverse=True)[:3]  # the winner first

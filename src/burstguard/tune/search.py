@@ -141,7 +141,7 @@ def coordinate_descent(
     for _ in range(len(axes) + 1):
         moved = False
         for knob, values in axes.items():
-            options = [_with(current, knob, v) for v in values]
+            options = [with_value(current, knob, v) for v in values]
             run(options)
             top = best(seen[c] for c in options if c in seen)
             if top.candidate != current and rank_key(top) > rank_key(seen[current]):
@@ -151,5 +151,6 @@ def coordinate_descent(
     return list(seen.values())
 
 
-def _with(candidate: Candidate, knob: str, value: Any) -> Candidate:
+def with_value(candidate: Candidate, knob: str, value: Any) -> Candidate:
+    """`candidate` with `knob` set to `value`: a one-knob neighbour."""
     return tuple((k, value if k == knob else v) for k, v in candidate)
