@@ -222,3 +222,21 @@ def test_joint_adds_every_engine_knob_to_the_policy_knobs() -> None:
     named = parse_axes(["max-num-seqs=8,16"], knobs, optional=ENGINE_KNOBS)
     assert set(named) == policy_only | {"max-num-seqs"} and named["max-num-seqs"] == (8, 16)
     assert set(parse_axes([], knobs)) == policy_only | set(ENGINE_KNOBS)
+
+
+@pytest.mark.parametrize("profile", ["llama3-8b-h100", "smollm2-135m-cpu", "instant"])
+def test_objectives_survive_pickling_for_ray(profile: str) -> None:
+    """`tune --ray` pickles the objective (its profile's step-time model included) to the
+    workers; on the compiled build the frozen models cannot be unpickled field by field,
+    so a profile travels as its document. The copy scores a candidate as the original."""
+    import pickle
+
+    wl = Workload.from_specs([RequestSpec(f"r{k}", k / 10, 128, 16) for k in range(20)])
+    slos = ClassSlos.parse("ttft=1,tpot=0.1")
+    engine = EngineObjective(wl, EngineConfig(), Profile.load(profile), slos)
+    scaling = ScalingObjective(wl, EngineConfig(), Profile.load(profile), slos, "kpa",
+                               max_replicas=2)  # fmt: skip
+    for obj, candidate in ((engine, (("max-num-seqs", 8),)), (scaling, (("threshold", 8.0),))):
+        copy = pickle.loads(pickle.dumps(obj))
+        assert type(copy.profile.perf) is type(obj.profile.perf)
+        assert copy(candidate) == obj(candidate)

@@ -199,6 +199,12 @@ class Profile:
         self.chat_template_tokens = data.model.chat_template_tokens
         self.perf: PerfModel = self._perf_model()
 
+    def __reduce__(self) -> tuple[type[Profile], tuple[ProfileFile, Path]]:
+        """Pickled as its document: the step-time model is rebuilt on the other side (the
+        compiled build's frozen models cannot be unpickled field by field; `tune --ray`
+        ships profiles to its workers)."""
+        return (Profile, (self.data, self.path))
+
     @classmethod
     def load(cls, name_or_path: str | Path) -> Profile:
         """A built-in profile by name, or a YAML file by path. Raises ConfigError."""
