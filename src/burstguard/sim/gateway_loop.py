@@ -316,11 +316,11 @@ class _GatewaySim:
         elif isinstance(effect, Preempt):
             self.replicas.engine(self.where[rid]).abort(rid, now)
             if effect.resume:
-                self.book.resumed_at[rid] = self.book.produced.get(rid, 0)
+                self.book.resume(rid)
             else:  # ended (the picker's cut): an error, never resumed
                 if rec.ttft_s is not None:  # the last event of the stream it has
                     self._answered(rec, now, 200, "stream_broken")
-                    rec.completion_tokens = self.book.produced.get(rid, 0)
+                    rec.completion_tokens = self.book.produced(rid)
                 else:
                     self._answered(rec, now, 503, "http_503")
                 rec.error_code = Reason.PREEMPTED
@@ -331,13 +331,13 @@ class _GatewaySim:
                 self.replicas.engine(url).abort(rid, now)
             self.hung.pop(rid, None)
             if rec.ttft_s is not None:  # its client keeps what it has
-                self.book.resumed_at[rid] = self.book.produced.get(rid, 0)
+                self.book.resume(rid)
             if effect.failure is not None:  # (None: a live gateway's drain; none here)
                 self.failures[rid] = effect.failure
         elif isinstance(effect, Abandon):  # its last failure goes to the client, as live
             if rec.ttft_s is not None:  # in-band: an error event ends the stream it has
                 self._answered(rec, now, 200, "stream_broken")
-                rec.completion_tokens = self.book.produced.get(rid, 0)
+                rec.completion_tokens = self.book.produced(rid)
             else:
                 status = self.failures.get(rid, Failure.RESET).status
                 self._answered(rec, now, status, f"http_{status}")
@@ -354,7 +354,7 @@ class _GatewaySim:
             self.failed(rid, Failure.REFUSED, now)
             return
         engine = self.replicas.engine(effect.backend)
-        have = self.book.resumed_at.get(rid, 0) if effect.resumed else 0
+        have = self.book.resumed(rid) if effect.resumed else 0
         prompt = (rec.prompt_tokens or 0) + have
         if effect.resumed:
             self.reprefill_tokens += prompt
@@ -432,7 +432,7 @@ class _GatewaySim:
         rec = self.book.records[rid]
         started = rec.ttft_s is not None
         if started:
-            self.book.resumed_at[rid] = self.book.produced.get(rid, 0)
+            self.book.resume(rid)
         self.failures[rid] = failure
         self.event(BackendFailed(rid, failure.reason, started), now)
 
@@ -523,7 +523,7 @@ class _GatewaySim:
             self.finish(rid, now)
 
     def finish(self, rid: str, now: float) -> None:
-        produced = self.book.produced.get(rid, 0)
+        produced = self.book.produced(rid)
         self.work.completed(self.book.records[rid].prompt_tokens or 0, produced)
         self.event(Finish(rid, produced), now)
         self._release(rid, now)
