@@ -103,7 +103,7 @@ PROGRESS_S = 0.25
 _LEARN = 0.2  # EWMA weight of one sample of a backend's prefill time per token
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)  # (init=False: see `core.engine.perf_model.BatchShape`)
 class _Admission:
     """An arrival accepted into the queue, or rejected with a reason and a Retry-After.
 
@@ -116,6 +116,18 @@ class _Admission:
     reason: Reason | None = None
     retry_after_s: float | None = None
     evicted: tuple[GatewayRequest, ...] = ()
+
+    def __init__(
+        self,
+        accepted: bool,
+        reason: Reason | None = None,
+        retry_after_s: float | None = None,
+        evicted: tuple[GatewayRequest, ...] = (),
+    ) -> None:
+        self.accepted = accepted
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+        self.evicted = evicted
 
 
 @dataclass(frozen=True, slots=True)
