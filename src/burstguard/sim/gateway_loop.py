@@ -212,7 +212,8 @@ class _GatewaySim:
         self.book = RecordBook()
         self.max_tokens: dict[str, int] = {}
         self.prefix: dict[str, tuple[int, ...]] = {}  # request id -> its engine prefix blocks
-        self.prompts = PromptRenderer(workload.prefix_block_tokens)
+        self.block_tokens = workload.prefix_block_tokens  # read once, not per arrival
+        self.prompts = PromptRenderer(self.block_tokens)
         self.engine_config = engine
         self.reprefill_tokens = 0
         self.tick_s = TICK_S * gateway.engine_speedup
@@ -263,7 +264,7 @@ class _GatewaySim:
             self.heap.at(_next_on_grid(now, self.scrape_s), SCRAPE, lambda t: self.scrape(t, gen))
             self.heap.at(_next_on_grid(now, self.tick_s), TICK, lambda t: self.tick(t, gen))
         block_size = self.engine_config.block_size
-        self.prefix[spec.id] = engine_prefix(spec, self.workload.prefix_block_tokens, block_size)
+        self.prefix[spec.id] = engine_prefix(spec, self.block_tokens, block_size)
         req = GatewayRequest(spec.id, now, spec.prompt_tokens, spec.max_tokens, cls, tenant,
                              prefix_hashes=self.routing_hashes(spec))  # fmt: skip
         self.event(Arrive(req), now)

@@ -101,6 +101,7 @@ TICK_S = 0.05
 # a driver says which requests progressed (`Tick.progressed`) at least this often (wall s)
 PROGRESS_S = 0.25
 _LEARN = 0.2  # EWMA weight of one sample of a backend's prefill time per token
+_OUTCOMES = tuple(Outcome)  # (iterating the enum class itself is interpreted: slow per stats)
 
 
 @dataclass(slots=True, init=False)  # (init=False: see `core.engine.perf_model.BatchShape`)
@@ -1064,7 +1065,7 @@ class GatewayCore:
             limit_requests=self._limits.requests,
             limit_tokens=self._limits.tokens,
             service_rate=self._rate.rate,
-            outcomes={c: {o: n[o] for o in Outcome} for c, n in self._outcomes.items()},
+            outcomes={c: {o: n[o] for o in _OUTCOMES} for c, n in self._outcomes.items()},
             rejections=dict(self._rejections),
             ttft_slo={c: (m, s) for c, (m, s) in self._ttft.items()},
             preemptions={c.name: self._preemptions[c.name] for c in self.config.classes},
