@@ -54,10 +54,12 @@ class _Client:
     the last one came, and the tokens it had when the request was last resumed as a new
     engine request (whose own count starts again at 1: the engine's counts are offset by
     this). One object per request in place of a dict per field, so a token costs one
-    lookup by id (mypyc compiles it: `setup.py`)."""
+    lookup by id (mypyc compiles it: `setup.py`); `itl` is the record's own list, held
+    here because the record's class is not compiled (each attribute read is a lookup)."""
 
     def __init__(self, rec: RequestRecord) -> None:
         self.rec = rec
+        self.itl = rec.itl_s
         self.produced = 0
         self.last_at = 0.0
         self.base = 0
@@ -110,15 +112,16 @@ class RecordBook:
         for rid, count in result.tokens:  # (once per token: locals, one lookup each)
             client = clients[rid]
             count += client.base
-            if count <= client.produced:
+            had = client.produced
+            if count <= had:
                 continue  # recomputed after preemption: the client already has it
             client.produced = count
-            rec = client.rec
-            if rec.ttft_s is None:
+            if had == 0:  # its first token (`ttft_s` is set exactly then)
+                rec = client.rec
                 rec.ttft_s = now - rec.scheduled_s
                 first_token.append(rid)
             else:
-                rec.itl_s.append(now - client.last_at)
+                client.itl.append(now - client.last_at)
             client.last_at = now
         for rid in result.finished:
             self._finish(clients[rid], now)
@@ -135,16 +138,17 @@ class RecordBook:
         for rid, n, count in run.tokens:
             client = clients[rid]
             count += client.base
-            new = count - client.produced
+            had = client.produced
+            new = count - had
             if new > n:
                 new = n
             if new <= 0:
                 continue
             first = n - new
             client.produced = count
-            rec = client.rec
-            itl = rec.itl_s
-            if rec.ttft_s is None:
+            itl = client.itl
+            if had == 0:  # its first token (`ttft_s` is set exactly then)
+                rec = client.rec
                 rec.ttft_s = ends[first] - rec.scheduled_s
             else:
                 itl.append(ends[first] - client.last_at)
