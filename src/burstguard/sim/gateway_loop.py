@@ -212,7 +212,8 @@ class _GatewaySim:
         self.book = RecordBook()
         self.max_tokens: dict[str, int] = {}
         self.prefix: dict[str, tuple[int, ...]] = {}  # request id -> its engine prefix blocks
-        self.prompts = PromptRenderer(workload.prefix_block_tokens)
+        self.block_tokens = workload.prefix_block_tokens  # read once, not per arrival
+        self.prompts = PromptRenderer(self.block_tokens)
         self.engine_config = engine
         self.reprefill_tokens = 0
         self.tick_s = TICK_S * gateway.engine_speedup
@@ -263,7 +264,7 @@ class _GatewaySim:
             self.heap.at(_next_on_grid(now, self.scrape_s), SCRAPE, lambda t: self.scrape(t, gen))
             self.heap.at(_next_on_grid(now, self.tick_s), TICK, lambda t: self.tick(t, gen))
         block_size = self.engine_config.block_size
-        self.prefix[spec.id] = engine_prefix(spec, self.workload.prefix_block_tokens, block_size)
+        self.prefix[spec.id] = engine_prefix(spec, self.block_tokens, block_size)
         req = GatewayRequest(spec.id, now, spec.prompt_tokens, spec.max_tokens, cls, tenant,
                              prefix_hashes=self.routing_hashes(spec))  # fmt: skip
         self.event(Arrive(req), now)
@@ -316,11 +317,11 @@ class _GatewaySim:
         elif isinstance(effect, Preempt):
             self.replicas.engine(self.where[rid]).abort(rid, now)
             if effect.resume:
-                self.book.resumed_at[rid] = self.book.produced.get(rid, 0)
+                self.book.resume(rid)
             else:  # ended (the picker's cut): an error, never resumed
                 if rec.ttft_s is not None:  # the last event of the stream it has
                     self._answered(rec, now, 200, "stream_broken")
-                    rec.completion_tokens = self.book.produced.get(rid, 0)
+                    rec.completion_tokens = self.book.produced(rid)
                 else:
                     self._answered(rec, now, 503, "http_503")
                 rec.error_code = Reason.PREEMPTED
@@ -331,13 +332,13 @@ class _GatewaySim:
                 self.replicas.engine(url).abort(rid, now)
             self.hung.pop(rid, None)
             if rec.ttft_s is not None:  # its client keeps what it has
-                self.book.resumed_at[rid] = self.book.produced.get(rid, 0)
+                self.book.resume(rid)
             if effect.failure is not None:  # (None: a live gateway's drain; none here)
                 self.failures[rid] = effect.failure
         elif isinstance(effect, Abandon):  # its last failure goes to the client, as live
             if rec.ttft_s is not None:  # in-band: an error event ends the stream it has
                 self._answered(rec, now, 200, "stream_broken")
-                rec.completion_tokens = self.book.produced.get(rid, 0)
+                rec.completion_tokens = self.book.produced(rid)
             else:
                 status = self.failures.get(rid, Failure.RESET).status
                 self._answered(rec, now, status, f"http_{status}")
@@ -354,7 +355,7 @@ class _GatewaySim:
             self.failed(rid, Failure.REFUSED, now)
             return
         engine = self.replicas.engine(effect.backend)
-        have = self.book.resumed_at.get(rid, 0) if effect.resumed else 0
+        have = self.book.resumed(rid) if effect.resumed else 0
         prompt = (rec.prompt_tokens or 0) + have
         if effect.resumed:
             self.reprefill_tokens += prompt
@@ -432,7 +433,7 @@ class _GatewaySim:
         rec = self.book.records[rid]
         started = rec.ttft_s is not None
         if started:
-            self.book.resumed_at[rid] = self.book.produced.get(rid, 0)
+            self.book.resume(rid)
         self.failures[rid] = failure
         self.event(BackendFailed(rid, failure.reason, started), now)
 
@@ -523,7 +524,7 @@ class _GatewaySim:
             self.finish(rid, now)
 
     def finish(self, rid: str, now: float) -> None:
-        produced = self.book.produced.get(rid, 0)
+        produced = self.book.produced(rid)
         self.work.completed(self.book.records[rid].prompt_tokens or 0, produced)
         self.event(Finish(rid, produced), now)
         self._release(rid, now)

@@ -40,7 +40,7 @@ def check_priority(config: EngineConfig, priority: int) -> None:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)  # (init=False: see `core.engine.perf_model.BatchShape`)
 class EngineStats:
     """Gauges and counters with the meaning of vLLM's /metrics of the same names."""
 
@@ -52,6 +52,26 @@ class EngineStats:
     generation_tokens_total: int
     prefix_cache_queries_total: int = 0  # prompt tokens looked up in the prefix cache
     prefix_cache_hits_total: int = 0  # ... of those, found cached
+
+    def __init__(
+        self,
+        num_running: int,
+        num_waiting: int,
+        kv_cache_usage: float,
+        num_preemptions_total: int,
+        prompt_tokens_total: int,
+        generation_tokens_total: int,
+        prefix_cache_queries_total: int = 0,
+        prefix_cache_hits_total: int = 0,
+    ) -> None:
+        self.num_running = num_running
+        self.num_waiting = num_waiting
+        self.kv_cache_usage = kv_cache_usage
+        self.num_preemptions_total = num_preemptions_total
+        self.prompt_tokens_total = prompt_tokens_total
+        self.generation_tokens_total = generation_tokens_total
+        self.prefix_cache_queries_total = prefix_cache_queries_total
+        self.prefix_cache_hits_total = prefix_cache_hits_total
 
 
 @dataclass(slots=True, init=False)  # (init=False: see `BatchShape`)

@@ -88,6 +88,10 @@ class KernelModel:
     allreduce_per_token_s: float
     step_overhead_s: float
     request_overhead_s: float
+    _head_memo: dict[int, float] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """head time by sequences in the step: a few hundred values, asked for once a step."""
 
     def attention_time(self, batch: BatchShape) -> float:
         kv = self.kv_read_per_token_s * (batch.context_tokens + batch.num_tokens)
@@ -95,7 +99,11 @@ class KernelModel:
 
     def head_time(self, batch: BatchShape) -> float:
         seqs = batch.decode_seqs + batch.prefill_seqs
-        return knee(self.head_read_s, self.head_flops_per_seq_s * seqs, self.linear.knee)
+        t = self._head_memo.get(seqs)
+        if t is None:
+            t = knee(self.head_read_s, self.head_flops_per_seq_s * seqs, self.linear.knee)
+            self._head_memo[seqs] = t
+        return t
 
     def step_time(self, batch: BatchShape) -> float:
         n = batch.num_tokens

@@ -93,13 +93,27 @@ class _Backend:
         self.seconds_per_token = tpot_s if old is None else old + weight * (tpot_s - old)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # (init=False: see `core.engine.perf_model.BatchShape`)
 class _Attempt:
     req: RouteRequest
     backend: str
     tried: list[str]
     retry: bool = False  # this attempt spends the retry budget
     first_token_at: float | None = None  # this backend sent the request's first token
+
+    def __init__(
+        self,
+        req: RouteRequest,
+        backend: str,
+        tried: list[str],
+        retry: bool = False,
+        first_token_at: float | None = None,
+    ) -> None:
+        self.req = req
+        self.backend = backend
+        self.tried = tried
+        self.retry = retry
+        self.first_token_at = first_token_at
 
 
 class Fleet:

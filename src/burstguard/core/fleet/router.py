@@ -44,7 +44,7 @@ from burstguard.core.fleet.affinity import HashRing, affinity_key, bounded_capac
 from burstguard.core.fleet.config import RouterConfig
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)  # (init=False: see `core.engine.perf_model.BatchShape`)
 class RouteRequest:
     """What the router knows of a request: its tokens (prompt + predicted output), the
     hashes of its prompt's leading 16-token blocks (empty: no affinity) and the backends
@@ -54,8 +54,18 @@ class RouteRequest:
     prefix_hashes: tuple[int, ...] = ()
     allowed: frozenset[str] | None = None  # the backends it may go to (None: any)
 
+    def __init__(
+        self,
+        tokens: int,
+        prefix_hashes: tuple[int, ...] = (),
+        allowed: frozenset[str] | None = None,
+    ) -> None:
+        self.tokens = tokens
+        self.prefix_hashes = prefix_hashes
+        self.allowed = allowed
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True, init=False)  # (init=False: see `core.engine.perf_model.BatchShape`)
 class BackendView:
     """One routable backend as the router sees it at the moment of the decision."""
 
@@ -67,6 +77,26 @@ class BackendView:
     kv_usage: float | None = None  # 0..1
     stale: bool = False  # it had metrics, and the last is older than `metrics_stale_s`
     seconds_per_token: float | None = None  # its streams' recent time per output token
+
+    def __init__(
+        self,
+        url: str,
+        in_flight: int = 0,
+        in_flight_tokens: int = 0,
+        cap: float = math.inf,
+        waiting: int | None = None,
+        kv_usage: float | None = None,
+        stale: bool = False,
+        seconds_per_token: float | None = None,
+    ) -> None:
+        self.url = url
+        self.in_flight = in_flight
+        self.in_flight_tokens = in_flight_tokens
+        self.cap = cap
+        self.waiting = waiting
+        self.kv_usage = kv_usage
+        self.stale = stale
+        self.seconds_per_token = seconds_per_token
 
     @property
     def has_room(self) -> bool:

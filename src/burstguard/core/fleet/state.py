@@ -9,10 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)  # (init=False: see `core.engine.perf_model.BatchShape`)
 class BackendState:
     """The backend's own view, scraped from its /metrics; None where it exports nothing."""
 
     waiting: int | None = None
     running: int | None = None
     kv_usage: float | None = None  # 0..1
+
+    def __init__(
+        self, waiting: int | None = None, running: int | None = None, kv_usage: float | None = None
+    ) -> None:
+        self.waiting = waiting
+        self.running = running
+        self.kv_usage = kv_usage

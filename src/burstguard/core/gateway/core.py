@@ -101,9 +101,10 @@ TICK_S = 0.05
 # a driver says which requests progressed (`Tick.progressed`) at least this often (wall s)
 PROGRESS_S = 0.25
 _LEARN = 0.2  # EWMA weight of one sample of a backend's prefill time per token
+_OUTCOMES = tuple(Outcome)  # (iterating the enum class is interpreted code: `stats` is hot)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)  # (init=False: see `core.engine.perf_model.BatchShape`)
 class _Admission:
     """An arrival accepted into the queue, or rejected with a reason and a Retry-After.
 
@@ -117,8 +118,20 @@ class _Admission:
     retry_after_s: float | None = None
     evicted: tuple[GatewayRequest, ...] = ()
 
+    def __init__(
+        self,
+        accepted: bool,
+        reason: Reason | None = None,
+        retry_after_s: float | None = None,
+        evicted: tuple[GatewayRequest, ...] = (),
+    ) -> None:
+        self.accepted = accepted
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+        self.evicted = evicted
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True, init=False)  # (init=False: see `core.engine.perf_model.BatchShape`)
 class GatewayStats:
     """A snapshot for /metrics: queue, in flight, limits, rate and outcome counters."""
 
@@ -136,6 +149,38 @@ class GatewayStats:
     fairness_tenants: dict[str, int] = field(default_factory=dict)  # class -> tenants tracked
     tenant_overflow: dict[str, int] = field(default_factory=dict)  # class -> queued as ~overflow
     quota_buckets: int = 0  # local quota buckets held (bounded by quotas.max_buckets)
+
+    def __init__(
+        self,
+        queue_depth: dict[str, int],
+        queue_tokens: dict[str, int],
+        in_flight_requests: int,
+        in_flight_tokens: int,
+        limit_requests: float,
+        limit_tokens: float,
+        service_rate: float | None,
+        outcomes: dict[str, dict[str, int]],
+        rejections: dict[Reason, int],
+        ttft_slo: dict[str, tuple[int, int]] | None = None,
+        preemptions: dict[str, int] | None = None,
+        fairness_tenants: dict[str, int] | None = None,
+        tenant_overflow: dict[str, int] | None = None,
+        quota_buckets: int = 0,
+    ) -> None:
+        self.queue_depth = queue_depth
+        self.queue_tokens = queue_tokens
+        self.in_flight_requests = in_flight_requests
+        self.in_flight_tokens = in_flight_tokens
+        self.limit_requests = limit_requests
+        self.limit_tokens = limit_tokens
+        self.service_rate = service_rate
+        self.outcomes = outcomes
+        self.rejections = rejections
+        self.ttft_slo = {} if ttft_slo is None else ttft_slo
+        self.preemptions = {} if preemptions is None else preemptions
+        self.fairness_tenants = {} if fairness_tenants is None else fairness_tenants
+        self.tenant_overflow = {} if tenant_overflow is None else tenant_overflow
+        self.quota_buckets = quota_buckets
 
 
 class GatewayCore:
@@ -1052,12 +1097,12 @@ class GatewayCore:
             limit_requests=self._limits.requests,
             limit_tokens=self._limits.tokens,
             service_rate=self._rate.rate,
-            outcomes={c: {o: n[o] for o in Outcome} for c, n in self._outcomes.items()},
+            outcomes={c: {o: n.get(o, 0) for o in _OUTCOMES} for c, n in self._outcomes.items()},
             rejections=dict(self._rejections),
             ttft_slo={c: (m, s) for c, (m, s) in self._ttft.items()},
-            preemptions={c.name: self._preemptions[c.name] for c in self.config.classes},
+            preemptions={c.name: self._preemptions.get(c.name, 0) for c in self.config.classes},
             fairness_tenants={c: len(ts) for c, ts in self._picker.tracked().items()},
-            tenant_overflow={c.name: self._overflowed[c.name] for c in self.config.classes},
+            tenant_overflow={c.name: self._overflowed.get(c.name, 0) for c in self.config.classes},
             quota_buckets=self.quotas.buckets,
         )
 

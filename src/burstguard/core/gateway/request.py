@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from burstguard.core.gateway.config import ClassConfig
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)  # (init=False: see `core.engine.perf_model.BatchShape`)
 class GatewayRequest:
     """What the gateway knows about a request when it arrives (times in seconds)."""
 
@@ -33,8 +33,36 @@ class GatewayRequest:
     stream: bool = True  # answered as a stream (False: silent until whole: its deadline
     # covers the whole answer, `config.DeadlineConfig`)
 
+    def __init__(
+        self,
+        id: str,
+        arrival_s: float,
+        prompt_tokens: int,
+        max_tokens: int | None,
+        priority_class: str | None = None,
+        tenant: str | None = None,
+        route: str | None = None,
+        resumable: bool = True,
+        prefix_hashes: tuple[int, ...] = (),
+        key_id: str | None = None,
+        allowed: frozenset[str] | None = None,
+        stream: bool = True,
+    ) -> None:
+        self.id = id
+        self.arrival_s = arrival_s
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.priority_class = priority_class
+        self.tenant = tenant
+        self.route = route
+        self.resumable = resumable
+        self.prefix_hashes = prefix_hashes
+        self.key_id = key_id
+        self.allowed = allowed
+        self.stream = stream
 
-@dataclass(slots=True, eq=False)
+
+@dataclass(slots=True, eq=False, init=False)  # (init=False: see `perf_model.BatchShape`)
 class Entry:
     """A request inside the gateway with what the gateway decided about it."""
 
@@ -59,5 +87,41 @@ class Entry:
     """Tokens it holds in the budget: prompt + predicted output (read a dozen times per
     request, so stored: neither part changes)."""
 
-    def __post_init__(self) -> None:
-        self.cost = self.req.prompt_tokens + self.predicted_output
+    def __init__(
+        self,
+        req: GatewayRequest,
+        cls: ClassConfig,
+        tenant: str,
+        predicted_output: int,
+        seq: int,
+        key: float = 0.0,
+        alive: bool = True,
+        released_at: float | None = None,
+        first_token_at: float | None = None,
+        preemptions: int = 0,
+        charged: int = 0,
+        backend: str | None = None,
+        work: int = 0,
+        ahead: int = 0,
+        armed: int = 0,
+        cut_at: float = 0.0,
+        progress_at: float | None = None,
+    ) -> None:
+        self.req = req
+        self.cls = cls
+        self.tenant = tenant
+        self.predicted_output = predicted_output
+        self.seq = seq
+        self.key = key
+        self.alive = alive
+        self.released_at = released_at
+        self.first_token_at = first_token_at
+        self.preemptions = preemptions
+        self.charged = charged
+        self.backend = backend
+        self.work = work
+        self.ahead = ahead
+        self.armed = armed
+        self.cut_at = cut_at
+        self.progress_at = progress_at
+        self.cost = req.prompt_tokens + predicted_output
