@@ -33,9 +33,11 @@ from burstguard.live.gateway.sources import parse_backend_file
 A, B = "http://a:1", "http://b:1"
 
 
-def core(resume: bool = False, per_backend: int = 2, **fleet: object) -> GatewayCore:
+def core(
+    resume: bool = False, per_backend: int = 2, resume_b: bool = False, **fleet: object
+) -> GatewayCore:
     cfg = GatewayConfig.from_dict({
-        "backends": [{"url": A, "resume": resume}, {"url": B}],
+        "backends": [{"url": A, "resume": resume}, {"url": B, "resume": resume_b}],
         "classes": [{"name": "standard", "rank": 0}],
         "admission": {"adapt": False, "min_in_flight": 1,
                       "max_in_flight_per_backend": per_backend},
@@ -72,12 +74,17 @@ def test_failure_before_the_first_token_fails_over_after_it_abandons() -> None:
     assert gw.stats.in_flight_requests == 0
 
 
-def test_with_resume_a_started_stream_goes_on_elsewhere() -> None:
-    gw = core(resume=True)
+def test_with_resume_a_started_stream_goes_on_only_where_it_is_resumed() -> None:
+    gw = core(resume=True, resume_b=True)
     (rid, first), = releases(arrive(gw, 0))  # fmt: skip
     out = gw.handle(BackendFailed(rid, "reset", started=True), 0.1)
     (e,) = [x for x in out if isinstance(x, Release)]
     assert e.resumed and e.failover and e.backend != first
+    gw = core(resume=True)  # B would start it over: its client would read it twice
+    (rid, first), = releases(arrive(gw, 0))  # fmt: skip
+    assert first == A
+    out = gw.handle(BackendFailed(rid, "reset", started=True), 0.1)
+    assert [type(x) for x in out] == [Abandon] and out[0].outcome == "no_backend"  # type: ignore[union-attr]
 
 
 def test_the_retry_budget_bounds_failovers() -> None:
@@ -102,9 +109,9 @@ def test_a_resumed_stream_whose_lease_is_refused_is_still_resumed_when_released_
     shared cap: queued again, its next release must still resume it. Released as new,
     the shell sent the whole request again and its client got the first tokens twice
     (the chaos run, seed 3: four streams with max_tokens + 23 tokens, logged completed)."""
-    gw = core(resume=True, per_backend=1)
+    gw = core(resume=True, per_backend=1, resume_b=True)
     (rid, first), = releases(arrive(gw, 0))  # fmt: skip
-    assert first == A  # the backend that resumes
+    assert first == A
     gw.handle(FirstToken(rid), 0.05)
     out = gw.handle(BackendFailed(rid, "reset", started=True), 0.1)
     (moved,) = [x for x in out if isinstance(x, Release)]
@@ -224,3 +231,38 @@ def test_the_live_gateway_counts_prompts_with_discoverys_tokenizer(tmp_path: Pat
     gw = Gateway(cfg)
     opts = gw.core.backend_options(urls[0])
     assert opts.resume and opts.read_timeout_s == 7.0 and opts.url == urls[0]
+
+
+def test_a_stream_queued_again_mid_answer_is_never_shed_with_a_429() -> None:
+    """A's stream fails mid-answer (its circuit opens) with B full: queued to resume.
+    Past its class's queue deadline, or when a higher class needs its queue place, it
+    stays (its client holds part of the answer; a 429 cannot be sent on a started stream:
+    the live gateway cut the client's connection without the stream's end)."""
+    cfg = GatewayConfig.from_dict({
+        "backends": [{"url": A, "resume": True}, {"url": B, "resume": True}],
+        "classes": [{"name": "interactive", "rank": 0},
+                    {"name": "batch", "rank": 1, "queue_deadline_s": 1.0}],
+        "admission": {"adapt": False, "min_in_flight": 1, "max_in_flight_per_backend": 1,
+                      "max_queue_requests": 1},
+        "default_class": "batch",
+        "fleet": {"router": {"policy": "round_robin"},
+                  "health": {"failure_threshold": 1, "open_s": 60.0}},  # A stays out
+    })  # fmt: skip
+    gw = GatewayCore(cfg)
+
+    def batch(i: int, now: float) -> list[Effect]:
+        return gw.handle(Arrive(GatewayRequest(f"r{i}", now, 100, 50, "batch")), now)
+
+    assert releases(batch(0, 0.0)) == [("r0", A)]
+    assert releases(batch(1, 0.0)) == [("r1", B)]
+    gw.handle(FirstToken("r0"), 0.05)
+    out = gw.handle(BackendFailed("r0", "reset", started=True), 0.1)
+    assert not releases(out) and gw.stats.queue_depth["batch"] == 1  # B is full: it waits
+    out = gw.handle(Tick(), 5.0)  # past 2 x its class's queue deadline
+    assert not [x for x in out if isinstance(x, (Reject, Abandon))]
+    vip = GatewayRequest("v", 5.0, 100, 50, "interactive")
+    out = gw.handle(Arrive(vip), 5.0)  # the queue is full: the newcomer is refused, not r0
+    assert [(x.req.id, type(x)) for x in out] == [("v", Reject)]
+    (again,) = [x for x in gw.handle(Finish("r1", 50), 5.1) if isinstance(x, Release)]
+    assert (again.req.id, again.backend, again.resumed) == ("r0", B, True)
+    assert gw.stats.outcomes["batch"]["rejected"] == 0

@@ -331,12 +331,18 @@ class Fleet:
         self._backends[a.backend].learn_pace(tpot, weight)
 
     def on_failure(
-        self, request_id: str, reason: str, now: float, retryable: bool = True
+        self,
+        request_id: str,
+        reason: str,
+        now: float,
+        retryable: bool = True,
+        only: frozenset[str] | None = None,
     ) -> Failover:
         """Its backend failed it (`reason` in FAILURE_REASONS). The failure counts for
         that backend's breaker and frees its slot; if `retryable` (no token reached the
         client yet, or the stream can be resumed) and the budget allows, the request is
-        routed to another backend it has not tried, which the answer names. A request
+        routed to another backend it has not tried (and in `only`, when given: a started
+        stream goes on only where it can be resumed), which the answer names. A request
         moved off a backend whose circuit opened (`circuit_open`) spends no budget: that
         backend does no more work on it, so the move adds no load (the budget is there
         against retries that multiply the work of an overloaded fleet)."""
@@ -353,6 +359,8 @@ class Fleet:
         outcome, url = "not_retryable", None
         if retryable:
             views = self._allowed(a.req, self.views(now, exclude=a.tried))
+            if only is not None:
+                views = [v for v in views if v.url in only]
             if not views:
                 outcome = "no_backend"
             elif not any(v.has_room for v in views):

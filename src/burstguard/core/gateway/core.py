@@ -209,7 +209,6 @@ class GatewayCore:
         self._backend_states: dict[str, BackendState] = {}
         self._options: dict[str, BackendConfig] = {}  # url -> its settings (cached)
         self._held: dict[str, float] = {}  # backend -> until when a refused lease holds it
-        self._resume_after_failure: set[str] = set()  # requeued after a failure mid-answer
         self._forgotten: list[str] = []
         self._now = 0.0
         self._adm = config.admission
@@ -419,6 +418,17 @@ class GatewayCore:
         url = self.fleet.backend_of(request_id)
         return url is not None and self.backend_options(url).resume
 
+    def _resuming(self) -> frozenset[str]:
+        """The backends that continue a text they are given: the only ones a stream whose
+        client holds part of its answer may go on at (another would start it over, and
+        its client would read the beginning twice)."""
+        return frozenset(u for u in self.fleet.backends if self.backend_options(u).resume)
+
+    @staticmethod
+    def _needs_resume(e: Entry) -> bool:
+        """Queued again with part of its stream at its client: its next backend resumes."""
+        return e.holds_answer and e.first_token_at is not None
+
     def _resumable(self, e: Entry) -> bool:
         """Whether `e`, in flight, can be preempted and continued later where it stopped."""
         return e.req.resumable and self._resumes(e.req.id)
@@ -451,7 +461,8 @@ class GatewayCore:
         its place, or abandoned (the fleet's answer, `Fleet.on_failure`)."""
         retryable = not started or (e.req.resumable and self._resumes(e.req.id))
         self._settle_work(e)
-        fo = self.fleet.on_failure(e.req.id, reason, self._fnow(now), retryable)
+        only = self._resuming() if started and retryable else None
+        fo = self.fleet.on_failure(e.req.id, reason, self._fnow(now), retryable, only)
         if fo.removed is not None:
             self._forget(fo.removed)
         if fo.backend is not None:
@@ -462,8 +473,7 @@ class GatewayCore:
             out.append(Release(e.req, fo.backend, priority, resumed, failover=True))
         elif fo.outcome == "no_room":  # the others are full: first in line at its place
             self._requeue(e)
-            if started:
-                self._resume_after_failure.add(e.req.id)
+            e.resumes = started
         else:
             self._leave(e.req.id, now, Outcome.FAILED)
             out.append(Abandon(e.req, fo.outcome))
@@ -481,15 +491,7 @@ class GatewayCore:
                 continue  # it may still be released and finish in time
             self._queue.remove(e)
             del self._queued[e.req.id]
-            if e.preemptions or e.req.id in self._resume_after_failure:
-                self._resume_after_failure.discard(e.req.id)
-                self._quota_settle(e.req.id, now, None, ran=True)
-                self._end(e, Outcome.FAILED)
-                out.append(Abandon(e.req, Reason.SHUTDOWN))
-            else:
-                charged = self._quota_settle(e.req.id, now, None, ran=False)
-                self._end(e, Outcome.REJECTED, Reason.SHUTDOWN)
-                out.append(Reject(e.req, Reason.SHUTDOWN, self._adm.min_retry_after_s, charged))
+            out.append(self._turn_away(e, Reason.SHUTDOWN, self._adm.min_retry_after_s, now))
         if now < until:
             return
         for e in list(self._in_flight.values()):
@@ -638,8 +640,7 @@ class GatewayCore:
             return
         self.fleet.unroute(request_id)
         self._requeue(e)
-        if e.first_token_at is not None:  # its client holds text: the next release resumes
-            self._resume_after_failure.add(request_id)
+        e.resumes = e.first_token_at is not None  # its client holds text: the next resumes
         self._picker.fairness(e.cls.name).charge(e.tenant, -e.charged)  # it was never sent
         e.charged = 0
         self._held[url] = now + TICK_S * self.config.engine_speedup
@@ -852,6 +853,11 @@ class GatewayCore:
                 continue
             url = self._route(e, now)
             if url is None:
+                if self._needs_resume(e) and not self._resuming():  # none left to resume it
+                    self._queue.remove(e)
+                    del self._queued[e.req.id]
+                    out.append(self._turn_away(e, Reason.NO_BACKEND, self._outage_retry_s(), now))
+                    continue
                 break
             self._release(e, now, out, url)
         self._rate.observe(now, self._saturated())
@@ -866,7 +872,11 @@ class GatewayCore:
         return aged or not mine or mine + e.cost <= cls.max_in_flight_fraction * lim.tokens
 
     def _route(self, e: Entry, now: float) -> str | None:
-        route = RouteRequest(e.cost, e.req.prefix_hashes, e.req.allowed)
+        allowed = e.req.allowed
+        if self._needs_resume(e):  # it goes on only where it is resumed
+            resuming = self._resuming()
+            allowed = resuming if allowed is None else allowed & resuming
+        route = RouteRequest(e.cost, e.req.prefix_hashes, allowed)
         return self.fleet.route(e.req.id, route, self._fnow(now))
 
     def _release(self, e: Entry, now: float, out: list[Effect], backend: str) -> None:
@@ -883,8 +893,8 @@ class GatewayCore:
         charge = 0 if e.charged else e.cost
         e.charged += charge
         self._picker.fairness(e.cls.name).dispatched(e.tenant, charge)
-        resumed = e.preemptions > 0 or e.req.id in self._resume_after_failure
-        self._resume_after_failure.discard(e.req.id)
+        resumed = e.holds_answer
+        e.resumes = False
         self._arm(e, backend, now, resumed)
         charged = self._charged.get(e.req.id) if self._charged else None
         verdict = charged[1] if charged is not None else None
@@ -1048,25 +1058,28 @@ class GatewayCore:
         already holds part of the answer (preempted, or requeued after its backend failed
         mid-stream), an in-band error (`Abandon`)."""
         out: list[Effect] = []
+        retry_after = self._outage_retry_s()
         for e in self._queued.values():
             self._queue.remove(e)
-            if e.preemptions or e.req.id in self._resume_after_failure:
-                self._resume_after_failure.discard(e.req.id)
-                self._quota_settle(e.req.id, self._now, None, ran=True)
-                self._end(e, Outcome.FAILED)
-                out.append(Abandon(e.req, Reason.NO_BACKEND))
-            else:
-                charged = self._quota_settle(e.req.id, self._now, None, ran=False)
-                self._end(e, Outcome.REJECTED, Reason.NO_BACKEND)
-                out.append(Reject(e.req, Reason.NO_BACKEND, self._outage_retry_s(), charged))
+            out.append(self._turn_away(e, Reason.NO_BACKEND, retry_after, self._now))
         self._queued.clear()
         return out
+
+    def _turn_away(self, e: Entry, reason: Reason, retry_after_s: float, now: float) -> Effect:
+        """A queued request that must leave (`reason`): 429/503 with `retry_after_s`, or,
+        when its client holds part of the answer, an in-band error (`Abandon`)."""
+        if e.holds_answer:
+            self._quota_settle(e.req.id, now, None, ran=True)
+            self._end(e, Outcome.FAILED)
+            return Abandon(e.req, reason)
+        charged = self._quota_settle(e.req.id, now, None, ran=False)
+        self._end(e, Outcome.REJECTED, reason)
+        return Reject(e.req, reason, retry_after_s, charged)
 
     def _unrelease(self, e: Entry) -> None:
         self._settle_work(e)
         e.armed += 1  # its deadline on the heap is stale from now
         self._fleet_done(e)
-        self._resume_after_failure.discard(e.req.id)
         del self._in_flight[e.req.id]
         self._in_flight_tokens -= e.cost
         self._class_requests[e.cls.name] -= 1

@@ -96,8 +96,9 @@ class ClassQueue:
         return self._by_arrival[0] if self._by_arrival else None
 
     def newest_first(self) -> Iterator[Entry]:
-        """Entries that may be shed (not preempted ones), newest first."""
-        return (e for e in reversed(self._by_arrival) if e.alive and not e.preemptions)
+        """Entries that may be shed (not those whose client holds part of the answer),
+        newest first."""
+        return (e for e in reversed(self._by_arrival) if e.alive and not e.holds_answer)
 
     def older_than(self, arrival_s: float) -> list[Entry]:
         """Alive entries that arrived before `arrival_s`, oldest first."""
@@ -147,14 +148,14 @@ class GatewayQueue:
 
     def expired(self, now: float) -> list[Entry]:
         """Entries that waited past EXPIRY_FACTOR x their class's queue deadline, removed,
-        oldest first (a preempted entry is not: its client already has part of the answer)."""
+        oldest first (not those whose client holds part of the answer: `holds_answer`)."""
         out: list[Entry] = []
         for q in self.classes:
             deadline = q.cls.queue_deadline_s
             if deadline is None:
                 continue
             for e in q.older_than(now - EXPIRY_FACTOR * deadline):
-                if not e.preemptions:
+                if not e.holds_answer:
                     self.remove(e)
                     out.append(e)
         out.sort(key=lambda e: e.req.arrival_s)

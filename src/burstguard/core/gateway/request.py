@@ -75,7 +75,8 @@ class Entry:
     alive: bool = True  # False once it left the queue (lazy deletion from heaps/deques)
     released_at: float | None = None  # last release to the backend
     first_token_at: float | None = None  # the client's first token (once, across resumes)
-    preemptions: int = 0  # > 0: its client holds a started answer; never shed from the queue
+    preemptions: int = 0  # > 0: it was preempted (see `holds_answer`)
+    resumes: bool = False  # queued again after its answer began: its next release resumes it
     charged: int = 0  # predicted tokens charged to its tenant's fairness (once, at a release)
     backend: str | None = None  # where its last release sent it
     work: int = 0  # prefill tokens counted ahead on that backend until its first token there
@@ -99,6 +100,7 @@ class Entry:
         released_at: float | None = None,
         first_token_at: float | None = None,
         preemptions: int = 0,
+        resumes: bool = False,
         charged: int = 0,
         backend: str | None = None,
         work: int = 0,
@@ -117,6 +119,7 @@ class Entry:
         self.released_at = released_at
         self.first_token_at = first_token_at
         self.preemptions = preemptions
+        self.resumes = resumes
         self.charged = charged
         self.backend = backend
         self.work = work
@@ -125,3 +128,10 @@ class Entry:
         self.cut_at = cut_at
         self.progress_at = progress_at
         self.cost = req.prompt_tokens + predicted_output
+
+    @property
+    def holds_answer(self) -> bool:
+        """Its client holds part of the answer (it was preempted, or queued again after its
+        backend failed or its lease was refused mid-answer): back in the queue, it can only
+        be resumed or ended in-band, never shed with a 429."""
+        return self.preemptions > 0 or self.resumes
