@@ -19,14 +19,15 @@ Records are appended as each request ends; SIGINT/SIGTERM stops sending, waits u
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import random
 import signal
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from burstguard.bench import stream
 from burstguard.bench.payload import Api, PayloadBuilder
@@ -91,13 +92,26 @@ class BenchConfig:
     has its tokenizer (`tokenizer.exact_pieces`); None: the estimate's."""
 
 
-def metrics_poller(config: BenchConfig, origin: float, sink: IO[str]) -> MetricsPoller:
-    """The leg's /metrics poller: one sample per second of the engine's time."""
-    assert config.scrape_url is not None
-    return MetricsPoller(
-        config.scrape_url, interval_s=max(0.1, 1.0 / config.speedup), origin=origin,
-        sink=sink, headers=wire_headers.bearer(config.metrics_key),
-    )  # fmt: skip
+@contextlib.asynccontextmanager
+async def metrics_polling(
+    config: BenchConfig, origin: float
+) -> AsyncIterator[MetricsPoller | None]:
+    """The leg's /metrics poller for the block (None without a scrape URL): one sample per
+    second of the engine's time, each also a line of DIR/metrics.jsonl; its series stays
+    readable after the block."""
+    if not config.scrape_url:
+        yield None
+        return
+    with (config.out_dir / "metrics.jsonl").open("w", encoding="utf-8") as sink:
+        poller = MetricsPoller(
+            config.scrape_url, interval_s=max(0.1, 1.0 / config.speedup), origin=origin,
+            sink=sink, headers=wire_headers.bearer(config.metrics_key),
+        )  # fmt: skip
+        poller.start()
+        try:
+            yield poller
+        finally:
+            await poller.stop()
 
 
 def _us(seconds: float) -> float:
@@ -403,27 +417,18 @@ async def _run(
     run.client = stream.new_client(run.base, config.timeout_s)
     run.origin = schedule_origin(config.start_at) if start_gate is None else await start_gate()
     run.live.started_at = run.origin
-    poller = None
-    sink = None
-    if config.scrape_url:
-        sink = (config.out_dir / "metrics.jsonl").open("w", encoding="utf-8")
-        poller = metrics_poller(config, run.origin, sink)
-        poller.start()
     progress = loop.create_task(run.progress())
     try:
-        if cycle is not None:
-            await run.burst_cycle(workload, cycle)
-        elif config.concurrency:
-            await run.closed_loop(workload, config.concurrency, config.duration_s or 60.0)
-        else:
-            await run.open_loop(workload, config.duration_s)
-        await run.drain()
+        async with metrics_polling(config, run.origin) as poller:
+            if cycle is not None:
+                await run.burst_cycle(workload, cycle)
+            elif config.concurrency:
+                await run.closed_loop(workload, config.concurrency, config.duration_s or 60.0)
+            else:
+                await run.open_loop(workload, config.duration_s)
+            await run.drain()
     finally:
         progress.cancel()
-        if poller is not None:
-            await poller.stop()
-        if sink is not None:
-            sink.close()
         run.client.close()
         for sig in installed:
             loop.remove_signal_handler(sig)

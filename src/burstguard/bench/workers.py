@@ -26,7 +26,7 @@ from burstguard.bench.runner import (
     LiveCounts,
     Reporter,
     _run,
-    metrics_poller,
+    metrics_polling,
     new_loop,
 )
 from burstguard.clock import schedule_origin
@@ -119,22 +119,14 @@ async def _supervise(
             await asyncio.sleep(0.05)
         origin.value = schedule_origin(config.start_at)
         start.set()
-        poller = sink = None
-        if config.scrape_url:
-            sink = (config.out_dir / "metrics.jsonl").open("w", encoding="utf-8")
-            poller = metrics_poller(config, origin.value, sink)
-            poller.start()
-        last = 0.0
-        while any(p.is_alive() for p in procs):
-            now = time.monotonic()
-            if reporter is not None and now - last >= 0.5:
-                reporter(_live(counts, len(procs), origin.value), False)
-                last = now
-            await asyncio.sleep(0.05)
-        if poller is not None:
-            await poller.stop()
-        if sink is not None:
-            sink.close()
+        async with metrics_polling(config, origin.value) as poller:
+            last = 0.0
+            while any(p.is_alive() for p in procs):
+                now = time.monotonic()
+                if reporter is not None and now - last >= 0.5:
+                    reporter(_live(counts, len(procs), origin.value), False)
+                    last = now
+                await asyncio.sleep(0.05)
         if reporter is not None:
             reporter(_live(counts, len(procs), origin.value), True)
     finally:
