@@ -43,7 +43,7 @@ from burstguard.calibrate.probe import (
 from burstguard.calibrate.quiet import measure_busy, wait_until_quiet
 from burstguard.core.engine.machine import this_cpu
 from burstguard.errors import UserError, check_writable
-from burstguard.http.preflight import check_target, served_cards
+from burstguard.http.preflight import target_card
 
 _CACHE_INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.M)
 
@@ -266,8 +266,8 @@ def calibrate(
     if device not in ("auto", "cpu", "gpu"):
         raise UserError(f"--device: auto, cpu or gpu (got {device!r})")
     check_writable(out, "--out")  # before minutes of probes, not after them
-    base, served = check_target(target, model)
-    max_len = next((c.get("max_model_len") for c in served_cards(base) if c["id"] == served), None)
+    base, card = target_card(target, model)
+    served, max_len = str(card["id"]), card.get("max_model_len")
     lengths = _parse_ints(prompt_lengths, "--prompt-lengths")
     batches = _parse_ints(batch_sizes, "--batch-sizes")
     bursts = _parse_ints(burst_sizes, "--burst-sizes")

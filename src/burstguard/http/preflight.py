@@ -68,17 +68,26 @@ def served_models(base: str, timeout_s: float = 5.0, api_key: str | None = None)
 
 def check_target(target: str, model: str | None, api_key: str | None = None) -> tuple[str, str]:
     """Returns (base URL, model name) after checking the target serves that model."""
+    base, card = target_card(target, model, api_key)
+    return base, str(card["id"])
+
+
+def target_card(
+    target: str, model: str | None, api_key: str | None = None
+) -> tuple[str, dict[str, Any]]:
+    """(base URL, the model's card) after checking the target serves that model (the only
+    one it serves, when `model` is None)."""
     base = normalize_target(target)
-    models = served_models(base, api_key=api_key)
+    cards = served_cards(base, api_key=api_key)
+    listed = ", ".join(str(c["id"]) for c in cards) or "none"
     if model is None:
-        if len(models) != 1:
-            listed = ", ".join(models) or "none"
+        if len(cards) != 1:
             raise TargetError(f"give --model: {base} serves {listed}")
-        return base, models[0]
-    if model not in models:
-        listed = ", ".join(models) or "none"
+        return base, cards[0]
+    card = next((c for c in cards if c["id"] == model), None)
+    if card is None:
         raise TargetError(f"model {model!r} is not served by {base} (it serves: {listed})")
-    return base, model
+    return base, card
 
 
 def serves_metrics(base: str, timeout_s: float = 3.0, api_key: str | None = None) -> bool:
