@@ -1,21 +1,35 @@
 """One-off: isolated decode batches, greedy (temperature 0, as calibrate probes) vs the
 server's default sampling (no temperature: what `burstguard bench` sends), step-logged."""
-import asyncio, json, os, sys, time
+
+import asyncio
+import json
+import os
+import sys
+import time
 from pathlib import Path
+
 from burstguard.bench.stream import new_client
 from burstguard.calibrate import probe
 from burstguard.engines import vllm_cpu
 
-out = Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)
+out = Path(sys.argv[1])
+out.mkdir(parents=True, exist_ok=True)
 os.environ["STEPLOG_PATH"] = str(out / "steps.jsonl")
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH")]))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    filter(None, [str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH")])
+)
 real_dumps = json.dumps
 MODE = ["greedy"]
+
+
 def dumps(obj, *a, **k):
     if isinstance(obj, dict) and MODE[0] == "default":
         obj = {k2: v for k2, v in obj.items() if k2 != "temperature"}
     return real_dumps(obj, *a, **k)
+
+
 probe.json.dumps = dumps
+
 
 async def main(base):
     t = probe.Target(base, vllm_cpu.MODEL_NAME)
@@ -30,5 +44,8 @@ async def main(base):
                 (out / "marks.txt").open("a").write(f"end\t{time.time()}\n")
     client.close()
 
-with vllm_cpu.server(startup_timeout_s=400.0, max_num_seqs=32, max_model_len=2048, log_path=out / "vllm.log") as s:
+
+with vllm_cpu.server(
+    startup_timeout_s=400.0, max_num_seqs=32, max_model_len=2048, log_path=out / "vllm.log"
+) as s:
     asyncio.run(main(s.base_url))
