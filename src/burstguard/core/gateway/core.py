@@ -852,12 +852,7 @@ class GatewayCore:
                 lim.bound = True
                 continue
             url = self._route(e, now)
-            if url is None:
-                if self._needs_resume(e) and not self._resuming():  # none left to resume it
-                    self._queue.remove(e)
-                    del self._queued[e.req.id]
-                    out.append(self._turn_away(e, Reason.NO_BACKEND, self._outage_retry_s(), now))
-                    continue
+            if url is None:  # (one that must resume waits for a backend that resumes)
                 break
             self._release(e, now, out, url)
         self._rate.observe(now, self._saturated())
