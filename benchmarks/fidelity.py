@@ -10,6 +10,12 @@ failed); `--refit` deletes the cached one first. `--calibrate` instead runs `bur
 calibrate` by hand into the packaged smollm2-135m-cpu profile. Then the same workloads run
 with the same client on vLLM and on `burstguard emulate` and it prints p50/p95 TTFT and
 E2E with the relative error. Needs the machine otherwise idle (~8 min, ~12 with a fit).
+
+`--real-runs N` measures the real engine N times, each on a freshly started vLLM (one
+server would serve a repeated workload from its prefix cache), and compares the emulator
+with the median of the N, printing their range: on a shared machine one vLLM-CPU server's
+run can differ from the next one's by more than the bound (docs/fidelity.md), so one real
+run is a noisy reference (~6 min more per extra run).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from burstguard.calibrate.fidelity import compare_legs, markdown
+from burstguard.calibrate.fidelity import Legs, compare_legs, markdown, pair_up, run_legs
 from burstguard.core.engine.profile import machine_profile_path
 from burstguard.engines import vllm_cpu
 from burstguard.procs import ManagedProcess, free_port
@@ -38,14 +44,15 @@ def main() -> int:
     ap.add_argument("--refit", action="store_true", help="drop this machine's cached fit first")
     ap.add_argument("--duration", type=float, default=36.0, help="seconds per leg")
     ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    ap.add_argument("--real-runs", type=int, default=1, metavar="N",
+                    help="measure vLLM N times, each on a fresh server (the median is the "
+                    "reference)")  # fmt: skip
     args = ap.parse_args()
+    if args.real_runs < 1:
+        ap.error("--real-runs: at least 1")
     work = Path(tempfile.mkdtemp(prefix="fidelity-"))
-    real = vllm_cpu.server(
-        log_path=work / "vllm.log", startup_timeout_s=400.0,
-        max_num_seqs=VLLM_ARGS["max_num_seqs"], max_model_len=VLLM_ARGS["max_model_len"],
-    )  # fmt: skip
     print(f"starting vLLM-CPU (log {work / 'vllm.log'})", flush=True)
-    with real:
+    with real_server(work / "vllm.log") as real:
         base = real.base_url  # type: ignore[attr-defined]
         profile = PROFILE
         if args.calibrate:
@@ -70,12 +77,39 @@ def main() -> int:
              "--max-num-batched-tokens", str(args.max_num_batched_tokens)],
             f"http://127.0.0.1:{port}/health", log_path=work / "emulator.log",
         )  # fmt: skip
+        emulated = f"http://127.0.0.1:{port}"
+        if args.real_runs == 1:
+            with emulator:
+                rows = compare_legs(base, emulated, work, duration_s=args.duration)
+        else:
+            runs = [run_legs(base, work, "real-1", duration_s=args.duration)]
+    if args.real_runs > 1:
+        runs += more_real_runs(work, args.real_runs - 1, args.duration)
         with emulator:
-            rows = compare_legs(base, f"http://127.0.0.1:{port}", work, duration_s=args.duration)
+            legs = run_legs(emulated, work, "emulated", duration_s=args.duration)
+        rows = pair_up(runs, legs)
     print(markdown(rows))
     worst = max(abs(r.rel_error) for r in rows)
     print(f"worst relative error {worst:.0%} over {len(rows)} figures; runs in {work}")
     return 0
+
+
+def real_server(log: Path) -> ManagedProcess:
+    return vllm_cpu.server(
+        log_path=log, startup_timeout_s=400.0,
+        max_num_seqs=VLLM_ARGS["max_num_seqs"], max_model_len=VLLM_ARGS["max_model_len"],
+    )  # fmt: skip
+
+
+def more_real_runs(work: Path, n: int, duration_s: float) -> list[Legs]:
+    """`n` more passes over the workloads, each on a vLLM started for it."""
+    runs = []
+    for k in range(2, n + 2):
+        print(f"real run {k}: starting a fresh vLLM-CPU", flush=True)
+        with real_server(work / f"vllm-{k}.log") as server:
+            base = server.base_url  # type: ignore[attr-defined]
+            runs.append(run_legs(base, work, f"real-{k}", duration_s=duration_s))
+    return runs
 
 
 if __name__ == "__main__":

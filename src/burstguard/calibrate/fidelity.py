@@ -8,6 +8,7 @@ Used by tests/integration/test_vllm.py (asserting a bound) and benchmarks/fideli
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -38,8 +39,9 @@ METRICS = (("ttft_s", "p50"), ("ttft_s", "p95"), ("e2e_s", "p50"), ("e2e_s", "p9
 class Row:
     workload: str
     metric: str  # e.g. "ttft p95"
-    real_s: float
+    real_s: float  # the median over the real runs
     emulated_s: float
+    real_range: tuple[float, float] | None = None  # lowest and highest real run (> 1 run)
 
     @property
     def rel_error(self) -> float:
@@ -58,22 +60,58 @@ def _bench(
     return read_summary(out / "summary.json")
 
 
+Legs = dict[str, dict[str, Any]]
+"""workload name -> its bench summary."""
+
+
+def run_legs(
+    target: str, workdir: Path, tag: str, *, duration_s: float = 36.0, speedup: float = 1.0,
+    workloads: dict[str, tuple[str, ...]] = WORKLOADS,
+) -> Legs:  # fmt: skip
+    """Every workload once on `target`, by the same client (DIR/<i>-<tag>)."""
+    return {name: _bench(target, workdir / f"{i}-{tag}", args, duration_s, speedup)
+            for i, (name, args) in enumerate(workloads.items())}  # fmt: skip
+
+
+def pair_up(real_runs: list[Legs], emulated: Legs) -> list[Row]:
+    """The emulator's percentiles beside the real engine's: with several real runs (each
+    on a fresh server: a repeated workload would hit its prefix cache), beside their
+    median, with their range (the real engine's own run-to-run spread)."""
+    rows = []
+    for name, e in emulated.items():
+        for key, q in METRICS:
+            real = [run[name][key][q] for run in real_runs]
+            spread = (min(real), max(real)) if len(real) > 1 else None
+            rows.append(Row(name, f"{key.split('_')[0]} {q}", statistics.median(real),
+                            e[key][q], spread))  # fmt: skip
+    return rows
+
+
 def compare_legs(
     real: str, emulated: str, workdir: Path, *, duration_s: float = 36.0,
     emulator_speedup: float = 1.0, workloads: dict[str, tuple[str, ...]] = WORKLOADS,
 ) -> list[Row]:  # fmt: skip
-    """Runs every workload on both targets (real first) and pairs up their percentiles."""
-    rows = []
-    for i, (name, args) in enumerate(workloads.items()):
-        r = _bench(real, workdir / f"{i}-real", args, duration_s, 1.0)
-        e = _bench(emulated, workdir / f"{i}-emulated", args, duration_s, emulator_speedup)
-        for key, q in METRICS:
-            rows.append(Row(name, f"{key.split('_')[0]} {q}", r[key][q], e[key][q]))
-    return rows
+    """Runs every workload on both targets (real first, each in turn, so both legs of a
+    workload meet the same machine) and pairs up their percentiles."""
+    real_legs: Legs = {}
+    emulated_legs: Legs = {}
+    for name, args in workloads.items():
+        one = {name: args}
+        real_legs |= run_legs(real, workdir, "real", duration_s=duration_s, workloads=one)
+        emulated_legs |= run_legs(emulated, workdir, "emulated", duration_s=duration_s,
+                                  speedup=emulator_speedup, workloads=one)  # fmt: skip
+    return pair_up([real_legs], emulated_legs)
 
 
 def markdown(rows: list[Row]) -> str:
-    lines = ["| workload | metric | real vLLM | emulator | error |", "|---|---|---|---|---|"]
-    lines += [f"| {r.workload} | {r.metric} | {r.real_s:.3f} s | {r.emulated_s:.3f} s | "
-              f"{r.rel_error:+.0%} |" for r in rows]  # fmt: skip
+    ranged = any(r.real_range is not None for r in rows)
+    head = "| workload | metric | real vLLM | emulator | error |"
+    if ranged:
+        head = "| workload | metric | real vLLM (median) | real runs (range) | emulator | error |"
+    lines = [head, "|---" * head.count(" | ") + "|---|"]
+    for r in rows:
+        spread = "" if r.real_range is None else (
+            f" {r.real_range[0]:.3f}-{r.real_range[1]:.3f} s |")  # fmt: skip
+        lines.append(f"| {r.workload} | {r.metric} | {r.real_s:.3f} s |{spread} "
+                     f"{r.emulated_s:.3f} s | {r.rel_error:+.0%} |")  # fmt: skip
     return "\n".join(lines)
