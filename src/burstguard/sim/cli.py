@@ -23,6 +23,7 @@ from burstguard.workload.synth import PatternSpec
 if TYPE_CHECKING:
     from burstguard.core.gateway.config import GatewayConfig
     from burstguard.core.scaling import ScalingPolicy
+    from burstguard.sim.client_retries import ClientRetry
     from burstguard.sim.faults import Fault
     from burstguard.sim.loop import SimResult
     from burstguard.wire.summary import Slo
@@ -61,6 +62,22 @@ def sim(
             "(no resume; `epp.preempt: end` ends preempted requests with an error).",
         ),
     ] = False,
+    retry: Annotated[
+        str,
+        typer.Option(
+            "--retry",
+            help="The clients send a request that ended with a retryable error again, as "
+            "`bench --retry`: none, immediate or exponential (0.5-8 s full jitter, "
+            "Retry-After honoured); needs --gateway.",
+        ),
+    ] = "none",
+    max_retries: Annotated[
+        int, typer.Option("--max-retries", min=0, help="Retries per request (with --retry).")
+    ] = 3,
+    retry_budget: Annotated[
+        float | None,
+        typer.Option("--retry-budget", min=0, help="Max retries per request, e.g. 0.2."),
+    ] = None,
     replicas: Annotated[
         int,
         typer.Option(
@@ -177,6 +194,9 @@ def sim(
                                  closed)  # fmt: skip
     if epp and gateway is None:
         raise UserError("--epp: needs --gateway CONFIG (the picker's config)")
+    client_retry = _client_retry(retry, max_retries, retry_budget)
+    if client_retry is not None and gateway is None:
+        raise UserError("--retry: needs --gateway CONFIG (what answers the clients' errors)")
     if replicas > 1 and gateway is None and scaling is None:
         raise UserError("--replicas: needs --gateway CONFIG (the router that spreads them)")
     fleet = not closed and (gateway is not None or scaling is not None)
@@ -189,7 +209,7 @@ def sim(
     if gateway_config is not None:
         source = str(gateway) if gateway else "default (fleet)"
         result, extra = _fleet(setup, workload, gateway_config, source, replicas, scaling,
-                               autoscaler, schedule, epp)  # fmt: skip
+                               autoscaler, schedule, epp, client_retry)  # fmt: skip
     else:
         from burstguard.sim.loop import simulate
 
@@ -229,6 +249,19 @@ class _Setup:
                    "server_series": result.series,
                    "prefix_cache": prefix_cache_block(*result.prefix_cache), **extra},
         )  # fmt: skip
+
+
+def _client_retry(mode: str, max_retries: int, budget: float | None) -> ClientRetry | None:
+    """bench's retry options as the simulated clients' (None: they do not retry)."""
+    from burstguard.client.retry import RETRY_MODES, RetryPolicy
+    from burstguard.sim.client_retries import ClientRetry
+
+    known = next((m for m in RETRY_MODES if m == mode), None)
+    if known is None:
+        raise UserError(f"--retry {mode!r}: use one of {', '.join(RETRY_MODES)}")
+    if known == "none":
+        return None
+    return ClientRetry(RetryPolicy(mode=known, max_retries=max_retries), budget)
 
 
 def _slo(text: str) -> Slo:
@@ -349,6 +382,7 @@ def _fleet(
     autoscaler: str | None,
     faults: tuple[Fault, ...],
     epp: bool = False,
+    retry: ClientRetry | None = None,
 ) -> tuple[SimResult, dict[str, Any]]:
     """Open loop through the gateway core into `replicas` replicas (or an autoscaled fleet),
     with `faults` on their schedule."""
@@ -356,7 +390,7 @@ def _fleet(
 
     res = simulate_gateway(workload, setup.engine, setup.profile, config, replicas,
                            scaling=scaling, progress=_progress_of(workload),
-                           faults=faults, epp=epp)  # fmt: skip
+                           faults=faults, epp=epp, retry=retry)  # fmt: skip
     block = gateway_summary(res, config, source=source)
     block["routed"] = res.routed
     extra: dict[str, Any] = {"gateway": block}

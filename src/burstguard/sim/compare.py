@@ -18,6 +18,7 @@ import numpy as np
 from burstguard.core.engine.config import EngineConfig
 from burstguard.core.engine.profile import Profile
 from burstguard.core.gateway.config import GatewayConfig
+from burstguard.sim.client_retries import ClientRetry
 from burstguard.sim.gateway_loop import simulate_gateway
 from burstguard.sim.loop import simulate
 from burstguard.wire.records import RequestRecord
@@ -85,10 +86,12 @@ def compare(
     gateway: GatewayConfig,
     ttft_target_s: float,
     epp: bool = False,
+    retry: ClientRetry | None = None,
 ) -> tuple[RunFigures, RunFigures]:
-    """(direct, gateway) figures of one workload (`epp`: the gateway as the picker runs it)."""
+    """(direct, gateway) figures of one workload (`epp`: the gateway as the picker runs it;
+    `retry`: its clients retry errors, as bench's `--retry`)."""
     direct = simulate(workload, engine, profile)
-    gw = simulate_gateway(workload, engine, profile, gateway, epp=epp)
+    gw = simulate_gateway(workload, engine, profile, gateway, epp=epp, retry=retry)
     preempted = sum(gw.gateway.preemptions.values()) if gw.gateway is not None else 0
     return (
         figures(direct.records, ttft_target_s),

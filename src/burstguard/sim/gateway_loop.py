@@ -91,6 +91,7 @@ from burstguard.core.gateway.request import GatewayRequest
 from burstguard.core.scaling import ScalingPolicy
 from burstguard.core.scaling.signals import WorkCounts, gateway_signals
 from burstguard.sim.autoscaling import ScalingDriver, discovery_lag_s
+from burstguard.sim.client_retries import ClientRetry, RetryingClients
 from burstguard.sim.faults import Fault, FaultKind, check_replicas
 from burstguard.sim.heap import EventHeap
 from burstguard.sim.loop import RecordBook, SimResult, engine_prefix, served_prompt
@@ -161,6 +162,7 @@ class _GatewaySim:
         fast_forward: bool = True,
         faults: Sequence[Fault] = (),
         epp: bool = False,
+        retry: ClientRetry | None = None,
     ) -> None:
         if replicas < 1:
             raise ValueError("replicas must be >= 1")
@@ -228,7 +230,14 @@ class _GatewaySim:
         self.work = WorkCounts()  # token counters, as the live gateway's /metrics
         # a session workload: requests that wait for others are sent as those end
         self.deps = Dependencies.of(workload)
-        self.index = {workload.request_id(i): i for i in range(len(workload))} if self.deps else {}
+        self.clients = (
+            None if retry is None else RetryingClients(retry, gateway.engine_speedup, seed)
+        )
+        self.index = (
+            {workload.request_id(i): i for i in range(len(workload))}
+            if self.deps or self.clients
+            else {}
+        )
         self.ended: set[str] = set()
         self.scaler = (
             None
@@ -243,6 +252,19 @@ class _GatewaySim:
         spec = self.workload.spec(i)
         if spec.after:  # released by its predecessors: scheduled when sent
             spec = replace(spec, arrival_s=now)
+        if self.clients is not None:
+            self.clients.on_request(now)
+        self.send(spec, now)
+
+    def resend(self, first: str, retry_id: str, now: float) -> None:
+        """A client sends its request again (`sim.client_retries`): a new request to the
+        gateway, of the same content."""
+        assert self.clients is not None
+        self.clients.on_retry_sent()
+        spec = self.workload.spec(self.index[first])
+        self.send(replace(spec, id=retry_id, arrival_s=now), now)
+
+    def send(self, spec: RequestSpec, now: float) -> None:
         try:  # bench sends the class as the class header: the live gateway's rule
             cls = self.classifier.classify(named=spec.priority_class)
             tenant = self.classifier.tenant(named=spec.tenant)
@@ -278,8 +300,17 @@ class _GatewaySim:
         rec.e2e_s = now - rec.scheduled_s  # when the answer reached the client
 
     def _release(self, rid: str, now: float) -> None:
-        """`rid` ended (answered, refused, abandoned): send what waited for it
-        (`Dependencies.ended`), once per request."""
+        """`rid` ended (answered, refused, abandoned): its client sends it again
+        (`sim.client_retries`), or what waited for it is sent (`Dependencies.ended`),
+        once per request."""
+        if self.clients is not None:
+            again = self.clients.retry(rid, self.book.records[rid], now)
+            if again is not None:
+                retry_id, delay = again
+                first = self.clients.first(rid)
+                self.heap.at(now + delay, ARRIVAL, partial(self.resend, first, retry_id))
+                return
+            rid = self.clients.first(rid)
         if self.deps is None or rid in self.ended:
             return
         self.ended.add(rid)
@@ -497,7 +528,12 @@ class _GatewaySim:
         )
 
     def _scaling_active(self) -> bool:
-        return self.arrivals + self.refused < len(self.workload) or not self._idle()
+        first_tries = self.arrivals + self.refused
+        if self.clients is not None:
+            if self.clients.pending:
+                return True
+            first_tries -= self.clients.sent
+        return first_tries < len(self.workload) or not self._idle()
 
     def _idle(self) -> bool:
         return not self.gw.holds_requests and self.replicas.idle
@@ -537,7 +573,17 @@ class _GatewaySim:
             self.heap.at(arrivals[i], ARRIVAL, partial(self.arrive, i))
         end = self.heap.run(progress)
         n = len(arrivals)
-        records = [self.book.records[self.workload.request_id(k)] for k in range(n)]
+        book = self.book.records
+        ids = [self.workload.request_id(k) for k in range(n)]
+        clients = self.clients
+        records = (
+            [book[rid] for rid in ids]
+            if clients is None
+            else [clients.record(rid, book) for rid in ids]
+        )
+        where = self.where
+        if clients is not None:  # a request's last try's replica
+            where = {clients.first(rid): url for rid, url in self.where.items()}
         return GatewaySimResult(
             records=records,
             preemptions=self.replicas.preemptions,
@@ -547,7 +593,7 @@ class _GatewaySim:
             gateway=self.gw.stats,
             reprefill_tokens=self.reprefill_tokens,
             routed={self.names(r): n for r, n in self.routed.items()},
-            served_by={rid: self.names(r) for rid, r in self.where.items()},
+            served_by={rid: self.names(r) for rid, r in where.items()},
             failovers=dict(self.fleet.failover_outcomes),
             prefix_cache=self.replicas.prefix_cache,
             scaling=None if self.scaler is None else self.scaler.summary(end),
@@ -568,6 +614,7 @@ def simulate_gateway(
     progress: Callable[[float], None] | None = None,
     faults: Sequence[Fault] = (),
     epp: bool = False,
+    retry: ClientRetry | None = None,
 ) -> GatewaySimResult:
     """Runs `workload` through the gateway policies of `gateway` into `replicas` engine
     replicas behind its router (each of `profile`, or of its own `replica_profiles`), in
@@ -578,10 +625,12 @@ def simulate_gateway(
     then (`EventHeap.run`). `faults` kill or stall replicas on a schedule (`sim.faults`;
     a `FaultFileError` names one that is not among `replicas`). `epp`: `gateway` as
     `burstguard epp` runs it (`core.gateway.epp`: no resume; preempted requests ended
-    under `epp.preempt: end`)."""
+    under `epp.preempt: end`). `retry`: the clients send a request that ended with a
+    retryable error again, as bench's `--retry` (`sim.client_retries`); without it none
+    does."""
     return _GatewaySim(
         workload, engine, profile, gateway, replicas, replica_profiles, scaling, seed,
-        fast_forward, faults, epp,
+        fast_forward, faults, epp, retry,
     ).run(progress)  # fmt: skip
 
 
