@@ -97,6 +97,9 @@ class RecordWriter:
 
 
 def write_records(path: Path, records: Iterable[RequestRecord]) -> None:
+    """`records` as the whole of `path` (what it held is replaced: `sim --records` run
+    twice into one file appended the second run to the first)."""
+    path.unlink(missing_ok=True)
     with RecordWriter(path) as writer:
         for record in records:
             writer.write(record)
