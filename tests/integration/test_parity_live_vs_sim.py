@@ -140,3 +140,52 @@ def test_live_gateway_and_sim_agree_per_request(tmp_path: Path) -> None:
     after = {s.id for s in specs if s.arrival_s > KILL_AT + 1.0}
     assert busiest not in {b for i, b in live_backend.items() if i in after}
     assert busiest in live_backend.values()  # it served before it died
+
+
+def test_clients_that_retry_a_shed_burst_live_and_in_the_sim(tmp_path: Path) -> None:
+    """A burst three times what the gateway holds (8 in flight, 8 queued): `burstguard
+    bench --retry exponential` through the live gateway, and the simulator's retrying
+    clients (`sim --retry`) on the same workload and config. Both shed the same share of
+    the burst on its first try, send those requests again after their Retry-After, and
+    end with every request served."""
+    from burstguard.client.retry import RetryPolicy
+    from burstguard.sim.client_retries import ClientRetry
+    from burstguard.wire.records import read_records
+    from burstguard.workload.spec import Workload
+    from burstguard.workload.traces import write_workload
+
+    specs = [RequestSpec(f"r{i}", 0.001 * i, 64, 48) for i in range(48)]
+    workload = Workload.from_specs(specs)
+    path = tmp_path / "burst.jsonl"
+    write_workload(path, workload)
+    config: dict[str, Any] = {
+        "engine_speedup": SPEED,
+        "classes": [{"name": "standard", "rank": 0}],
+        "admission": {"adapt": False, "min_in_flight": 1, "max_in_flight_per_backend": 8,
+                      "max_queue_requests": 8},
+    }  # fmt: skip
+    with start_emulator(tmp_path, speedup=SPEED) as emulator:
+        config["backends"] = [{"url": emulator.base_url}]  # type: ignore[attr-defined]
+        with start_fleet_gateway(tmp_path, [], config) as gw:
+            res = subprocess.run(
+                [*BURSTGUARD, "bench", "--quiet", "--target", gw.base_url,  # type: ignore[attr-defined]
+                 "--workload", str(path), "--speedup", str(SPEED), "--retry", "exponential",
+                 "--out", str(tmp_path / "live")],
+                capture_output=True, text=True, timeout=120, env={**os.environ, "CI": "true"},
+            )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    live = list(read_records(tmp_path / "live" / "records.jsonl"))
+    gateway = GatewayConfig.model_validate(config)
+    retry = ClientRetry(RetryPolicy("exponential"))
+    sim = simulate_gateway(workload, EngineConfig(), Profile.load(MODEL), gateway, retry=retry)
+
+    def shed_first(records: list[Any]) -> int:
+        return sum(1 for r in records if r.attempts and r.attempts[0]["status"] == 429)
+
+    counts = {name: (shed_first(rs), sum(r.retries for r in rs), sum(r.ok for r in rs))
+              for name, rs in (("live", live), ("sim", sim.records))}  # fmt: skip
+    print(f"(shed on the first try, retries, served) of {len(specs)}: {counts}")
+    (live_shed, live_retries, live_ok), (sim_shed, sim_retries, sim_ok) = counts.values()
+    assert sim_shed >= 24 and abs(live_shed - sim_shed) <= 3  # 48 - 16 held
+    assert sim_retries >= sim_shed and abs(live_retries - sim_retries) <= 0.25 * sim_retries
+    assert live_ok == sim_ok == len(specs)

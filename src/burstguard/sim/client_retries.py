@@ -11,7 +11,8 @@ and one `attempts` entry per failed try.
 Delays are the client's (wall) seconds, run in the simulator's time: an engine sped up
 `time_scale` times (`gateway.engine_speedup`, the emulator's `--speedup`) sees a client's
 0.5 s backoff as `0.5 * time_scale` of its own seconds, and the Retry-After the gateway
-computes on its clock reaches the client divided by it, as the live gateway sends it.
+computes on its clock reaches the client divided by it and rounded up to whole seconds,
+as the live gateway sends it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from burstguard.client.retry import RetryBudget, RetryPolicy
+from burstguard.wire.headers import retry_after_seconds
 from burstguard.wire.records import RequestRecord
 
 TRY_SEPARATOR = "~"
@@ -80,7 +82,11 @@ class RetryingClients:
             status, error = None, "stream_broken"
         else:
             status, error = rec.status, f"http_{rec.status}"
-        told = None if rec.retry_after_s is None else rec.retry_after_s / self.time_scale
+        told = (  # what the live gateway's header says: whole wall seconds, at least 1
+            None
+            if rec.retry_after_s is None
+            else retry_after_seconds(rec.retry_after_s / self.time_scale)
+        )
         decision = self.policy.decide(n, status=status, error=error, retry_after_s=told,
                                       budget=self.budget, rng=self.rng)  # fmt: skip
         if not decision.retry:

@@ -8,6 +8,8 @@ ordered as burstguard's gateway would order it.
 
 from __future__ import annotations
 
+import math
+
 CLASS = "x-burstguard-class"
 TENANT = "x-burstguard-tenant"
 FAIRNESS_ID = "x-llm-d-inference-fairness-id"
@@ -28,3 +30,11 @@ SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 def bearer(api_key: str | None) -> dict[str, str]:
     """The `Authorization` header carrying an API key (none without a key)."""
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def retry_after_seconds(seconds: float | None) -> int:
+    """The Retry-After the gateway and the picker send for a wait of `seconds` (wall):
+    delta-seconds rounded up, at least 1 (what the clients, live and simulated, wait)."""
+    if seconds is None or not math.isfinite(seconds):
+        return 1
+    return max(1, math.ceil(seconds))

@@ -18,6 +18,7 @@ from burstguard.core.gateway.failure import Failure
 from burstguard.core.gateway.quota import Verdict
 from burstguard.http.client import Unreachable, UpstreamError, UpstreamTimeout
 from burstguard.http.server import Header, Responder
+from burstguard.wire.headers import retry_after_seconds
 from burstguard.wire.outcomes import Reason
 
 log = logging.getLogger("burstguard.core.gateway")
@@ -43,10 +44,8 @@ def send_error(
 
 
 def retry_after_header(seconds: float | None) -> str:
-    """Retry-After as delta-seconds: rounded up, at least 1."""
-    if seconds is None or not math.isfinite(seconds):
-        return "1"
-    return str(max(1, math.ceil(seconds)))
+    """Retry-After as delta-seconds: rounded up, at least 1 (`wire.headers`)."""
+    return str(retry_after_seconds(seconds))
 
 
 SHED_MESSAGES = {
