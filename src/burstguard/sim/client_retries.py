@@ -93,7 +93,7 @@ class RetryingClients:
             return None
         delay = decision.delay_s * self.time_scale
         self._attempts.setdefault(first, []).append({
-            "sent_s": rec.scheduled_s, "status": rec.status, "error": str(rec.error),
+            "sent_s": rec.scheduled_s, "status": rec.status, "error": error,  # bench's kind
             "retry_after_s": rec.retry_after_s, "delay_s": delay, "retry_s": now + delay,
         })  # fmt: skip
         self._tries[first] = n + 1
