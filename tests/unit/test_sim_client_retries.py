@@ -46,7 +46,7 @@ def test_sim_retry_flags_say_what_is_wrong() -> None:
         [*BURSTGUARD, "sim", "--pattern", "poisson", "--rate", "2", "--duration", "5",
          "--retry", "exponential"], capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert res.returncode != 0 and "--retry: needs --gateway" in res.stderr
+    assert res.returncode != 0 and "--retry: needs --gateway or --autoscaler" in res.stderr
     assert "Traceback" not in res.stderr
     res = subprocess.run(
         [*BURSTGUARD, "sim", "--pattern", "poisson", "--rate", "2", "--duration", "5",

@@ -68,7 +68,7 @@ def sim(
             "--retry",
             help="The clients send a request that ended with a retryable error again, as "
             "`bench --retry`: none, immediate or exponential (0.5-8 s full jitter, "
-            "Retry-After honoured); needs --gateway.",
+            "Retry-After honoured); needs --gateway or --autoscaler.",
         ),
     ] = "none",
     max_retries: Annotated[
@@ -195,11 +195,12 @@ def sim(
     if epp and gateway is None:
         raise UserError("--epp: needs --gateway CONFIG (the picker's config)")
     client_retry = _client_retry(retry, max_retries, retry_budget)
-    if client_retry is not None and gateway is None:
-        raise UserError("--retry: needs --gateway CONFIG (what answers the clients' errors)")
     if replicas > 1 and gateway is None and scaling is None:
         raise UserError("--replicas: needs --gateway CONFIG (the router that spreads them)")
     fleet = not closed and (gateway is not None or scaling is not None)
+    if client_retry is not None and not fleet:
+        raise UserError("--retry: needs --gateway or --autoscaler (what answers the errors), "
+                        "and an open-loop load")  # fmt: skip
     schedule = () if faults is None else _faults(faults, replicas, fleet)
     if closed:
         result, extra = _closed(setup, shape_spec, concurrency, think_time, ramp_up, burst_cycle)
