@@ -135,6 +135,12 @@ class Responder:
         return self._conn.closed
 
     @property
+    def committed(self) -> bool:
+        """A byte of the answer is out: a status can no longer be given (a started stream
+        whose head is still held can still be answered whole, `send`)."""
+        return self.finished or (self.started and not self._held) or bool(self._pending)
+
+    @property
     def paused(self) -> bool:
         return self._conn.write_paused
 
@@ -155,9 +161,12 @@ class Responder:
         return "".join(lines).encode("latin-1")
 
     def send(self, status: int, body: bytes, headers: Iterable[Header] = ()) -> None:
-        """The whole answer at once, with its content-length."""
-        if self.started:
+        """The whole answer at once, with its content-length. A stream whose head is still
+        held (not a byte written: its backend answered 200, then failed before a token)
+        can still be answered this way instead."""
+        if self.committed:
             raise RuntimeError("response already started")
+        self._held = b""
         head = self._head(status, headers, f"content-length: {len(body)}\r\n\r\n")
         self._conn.write(head + body)
         self._finish()
@@ -610,7 +619,7 @@ class HttpConnection(asyncio.Protocol):
                 raise
         except Exception:
             log.exception("request %s %s failed in the gateway", req.method, req.path)
-            if not resp.started:
+            if not resp.committed:
                 server.write_error(resp, 500, "internal gateway error", "internal_error")
         finally:
             self._task = None

@@ -460,7 +460,7 @@ class Gateway(CoreShell):
         except Exception:
             log.exception("request %s failed in the gateway", rid)
             self._end_unexpected(ex)
-            if not resp.started:
+            if not resp.committed:
                 ex.status = 500
                 send_error(resp, 500, "internal gateway error", "internal_error")
         finally:
