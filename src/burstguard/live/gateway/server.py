@@ -604,7 +604,7 @@ class Gateway(CoreShell):
                 ex.outcome, ex.reason = Outcome.FAILED, f"backend_{status}"
                 self.metrics.refused_work(ex.cls, ex.prompt_tokens)
                 self.event(Fail(ex.rid, self._received(ex)))
-                if resp.started:  # a resumed stream the backend refused: end it in-band
+                if resp.committed:  # a resumed stream the backend refused: end it in-band
                     resp.end(b"data: " + json_bytes(payload) + b"\n\n")
                 else:
                     ex.status = code
@@ -650,7 +650,7 @@ class Gateway(CoreShell):
         else:  # the documented form: the error code plus the fleet's outcome, always
             ex.outcome = Outcome.FAILED
             ex.reason = f"{payload['error'].get('code')}+{outcome}"
-        if resp.started:
+        if resp.committed:
             resp.end(b"data: " + json_bytes(payload) + b"\n\n")
         else:
             ex.status = status
