@@ -17,12 +17,6 @@ from collections.abc import Callable
 
 Handler = Callable[[float], None]
 PROGRESS_EVERY = 16  # events between progress calls (one event may handle every replica)
-# the cyclic GC's youngest generation is collected after this many net allocations while
-# a run goes on (CPython's default: 700). A long run keeps millions of records, their token
-# gaps and the engine's requests alive, and each young collection, every tenth one older,
-# and the full ones (every 25% growth) scan them again; the events themselves make few
-# cycles (a 3 h day: ~2,500 objects collected in all). ~10% of a day's CPU at 700.
-YOUNG_GC_EVERY = 100_000
 
 
 class EventHeap:
@@ -40,14 +34,21 @@ class EventHeap:
 
     def run(self, progress: Callable[[float], None] | None = None) -> float:
         """Handles every event in order; the time of the last one. `progress(now)` is
-        called every PROGRESS_EVERY events (a long run's status line). The GC's
-        thresholds are raised meanwhile (`YOUNG_GC_EVERY`) and put back after."""
-        thresholds = gc.get_threshold()
-        gc.set_threshold(YOUNG_GC_EVERY, thresholds[1], thresholds[2])
+        called every PROGRESS_EVERY events (a long run's status line).
+
+        The cyclic GC is off meanwhile (on again after, if it was): a long run keeps millions
+        of records, their token gaps and the engine's requests alive, which its
+        collections scan again and again (a day: ~7% of the CPU at a young threshold of
+        100k, more at the default 700), while the events make almost no cyclic garbage
+        (the first 3 h of the day: ~2,500 objects); the first collection after the run
+        frees it."""
+        enabled = gc.isenabled()
+        gc.disable()
         try:
             self._run(progress)
         finally:
-            gc.set_threshold(*thresholds)
+            if enabled:
+                gc.enable()
         return self.now
 
     def _run(self, progress: Callable[[float], None] | None) -> None:
