@@ -7,6 +7,7 @@ gateway at all. These runs are deterministic (no clock, no randomness beyond a s
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import subprocess
@@ -20,6 +21,7 @@ from burstguard.core.engine.config import EngineConfig
 from burstguard.core.engine.profile import Profile
 from burstguard.core.gateway.config import GatewayConfig
 from burstguard.sim.gateway_loop import gateway_summary, simulate_gateway
+from burstguard.sim.heap import EventHeap
 from burstguard.sim.loop import simulate
 from burstguard.wire.summary import summarize
 from burstguard.workload.spec import RequestSpec, Workload
@@ -114,6 +116,37 @@ def test_an_idle_gateway_adds_no_delay() -> None:
     gw = simulate_gateway(workload, ENGINE, H100, GatewayConfig())
     assert [r.ttft_s for r in gw.records] == pytest.approx([r.ttft_s for r in direct.records])
     assert {r.priority_class for r in gw.records} == {"standard"}  # the default class
+
+
+def test_an_unsorted_workload_runs_as_its_sorted_self() -> None:
+    """Arrivals go on the heap one at a time only when the workload is sorted; one that is
+    not (built column by column) is scheduled all at once, and runs as its sorted copy."""
+    specs = burst_workload(burst=100).specs()
+    ordered = Workload.from_specs(list(specs))
+    shuffled = np.random.default_rng(3).permutation(len(ordered))
+    unsorted = Workload(
+        arrival_s=ordered.arrival_s[shuffled], prompt_tokens=ordered.prompt_tokens[shuffled],
+        output_tokens=ordered.output_tokens[shuffled], ids=ordered.ids[shuffled],
+        priority_class=ordered.priority_class[shuffled],
+    )  # fmt: skip
+    assert not np.all(np.diff(unsorted.arrival_s) >= 0)
+    config = GatewayConfig.load(EXAMPLE)
+    a = simulate_gateway(ordered, ENGINE, H100, config)
+    b = simulate_gateway(unsorted, ENGINE, H100, config)
+    assert sorted(r.to_json() for r in a.records) == sorted(r.to_json() for r in b.records)
+
+
+def test_the_gc_is_off_while_the_heap_runs_and_as_it_was_after() -> None:
+    """A long run's live records are not scanned by the cyclic GC (`EventHeap.run`)."""
+    seen: list[bool] = []
+    for was in (True, False):
+        (gc.enable if was else gc.disable)()
+        heap = EventHeap()
+        heap.at(1.0, 0, lambda now: seen.append(gc.isenabled()))
+        heap.run()
+        assert gc.isenabled() is was
+    gc.enable()
+    assert seen == [False, False]
 
 
 def test_the_same_run_gives_the_same_decisions() -> None:

@@ -67,11 +67,20 @@ class _Client:
 
 class RecordBook:
     """Client-side records (TTFT, ITL, E2E) from engine step results, as a client would
-    see them: a token recomputed after a preemption is not seen twice."""
+    see them: a token recomputed after a preemption is not seen twice. A request's client
+    state moves to another table when it finishes, so the one looked up once per token
+    holds the requests under way (small: the cache holds it) and not a long run's
+    millions of finished ones; a finished one is still found (a copy of it that another
+    engine still ran, after a failover, may report tokens later)."""
 
     def __init__(self) -> None:
         self.records: dict[str, RequestRecord] = {}
-        self._clients: dict[str, _Client] = {}
+        self._clients: dict[str, _Client] = {}  # under way
+        self._done: dict[str, _Client] = {}  # finished
+
+    def _client(self, rid: str) -> _Client:
+        client = self._clients.get(rid)
+        return client if client is not None else self._done[rid]
 
     def open(
         self, spec: RequestSpec, prompt_tokens: int, priority_class: str | None = None
@@ -89,28 +98,30 @@ class RecordBook:
 
     def produced(self, rid: str) -> int:
         """The output tokens `rid`'s client has received."""
-        return self._clients[rid].produced
+        return self._client(rid).produced
 
     def resume(self, rid: str) -> None:
         """`rid` goes on as a new engine request: its counts continue what its client has."""
-        client = self._clients[rid]
+        client = self._client(rid)
         client.base = client.produced
 
     def resumed(self, rid: str) -> int:
         """The tokens `rid`'s client had when it was last resumed (0: never)."""
-        return self._clients[rid].base
+        return self._client(rid).base
 
     def apply(self, result: StepResult) -> StepEvents:
         events = StepEvents()
         now = result.end_s
         clients = self._clients
         for rid in result.started:
-            rec = clients[rid].rec
+            rec = self._client(rid).rec
             if rec.queue_s is None:
                 rec.queue_s = result.start_s - rec.scheduled_s
         first_token = events.first_token
         for rid, count in result.tokens:  # (once per token: locals, one lookup each)
-            client = clients[rid]
+            client = clients.get(rid)
+            if client is None:
+                client = self._done[rid]
             count += client.base
             had = client.produced
             if count <= had:
@@ -124,7 +135,7 @@ class RecordBook:
                 client.itl.append(now - client.last_at)
             client.last_at = now
         for rid in result.finished:
-            self._finish(clients[rid], now)
+            self._finish(self._retire(rid), now)
             events.finished.append(rid)
         return events
 
@@ -136,7 +147,9 @@ class RecordBook:
         clients = self._clients
         last_end = ends[-1]
         for rid, n, count in run.tokens:
-            client = clients[rid]
+            client = clients.get(rid)
+            if client is None:
+                client = self._done[rid]
             count += client.base
             had = client.produced
             new = count - had
@@ -159,8 +172,16 @@ class RecordBook:
                 itl.extend(gaps[first : n - 1])
                 client.last_at = ends[n - 1]
         for rid in run.finished:
-            client = clients[rid]
+            client = self._retire(rid)
             self._finish(client, client.last_at)
+
+    def _retire(self, rid: str) -> _Client:
+        """`rid` finished: its client state moves to the finished ones."""
+        client = self._clients.pop(rid, None)
+        if client is None:  # finished before (a copy of it on another engine)
+            return self._done[rid]
+        self._done[rid] = client
+        return client
 
     @staticmethod
     def _finish(client: _Client, now: float) -> None:

@@ -94,11 +94,16 @@ class KernelModel:
     """head time by sequences in the step: a few hundred values, asked for once a step."""
 
     def attention_time(self, batch: BatchShape) -> float:
-        kv = self.kv_read_per_token_s * (batch.context_tokens + batch.num_tokens)
-        return knee(kv, self.attention_per_pair_s * batch.attention_pairs, self.linear.knee)
+        return self._attention(batch.context_tokens + batch.num_tokens, batch.attention_pairs)
+
+    def _attention(self, kv_tokens: int, pairs: int) -> float:
+        kv = self.kv_read_per_token_s * kv_tokens
+        return knee(kv, self.attention_per_pair_s * pairs, self.linear.knee)
 
     def head_time(self, batch: BatchShape) -> float:
-        seqs = batch.decode_seqs + batch.prefill_seqs
+        return self._head(batch.decode_seqs + batch.prefill_seqs)
+
+    def _head(self, seqs: int) -> float:
         t = self._head_memo.get(seqs)
         if t is None:
             t = knee(self.head_read_s, self.head_flops_per_seq_s * seqs, self.linear.knee)
@@ -106,22 +111,29 @@ class KernelModel:
         return t
 
     def step_time(self, batch: BatchShape) -> float:
-        n = batch.num_tokens
+        n, seqs = batch.num_tokens, batch.decode_seqs + batch.prefill_seqs
+        return self._time(n, seqs, batch.context_tokens + n, batch.attention_pairs,
+                          batch.prefill_seqs)  # fmt: skip
+
+    def decode_step_time(self, seqs: int, context_tokens: int) -> float:
+        """`step_time` of a pure decode step (the fast-forward's; `PerfModel`): that of
+        BatchShape(0, seqs, context_tokens, context_tokens + seqs), without building it."""
+        return self._time(seqs, seqs, context_tokens + seqs, context_tokens + seqs, 0)
+
+    def _time(self, n: int, seqs: int, kv_tokens: int, pairs: int, prefill_seqs: int) -> float:
+        """A step of `n` tokens for `seqs` sequences, reading `kv_tokens` of KV over `pairs`
+        attention pairs, `prefill_seqs` of whose prefills start in it."""
         if n == 0:
             return 0.0
         return (
             self.step_overhead_s
             + self.linear.time(n)
-            + self.head_time(batch)
-            + self.attention_time(batch)
+            + self._head(seqs)
+            + self._attention(kv_tokens, pairs)
             + self.allreduce_step_s
             + self.allreduce_per_token_s * n
-            + self.request_overhead_s * batch.prefill_seqs
+            + self.request_overhead_s * prefill_seqs
         )
-
-    def decode_step_time(self, seqs: int, context_tokens: int) -> float:
-        """`step_time` of a pure decode step (the fast-forward's; `PerfModel`)."""
-        return self.step_time(BatchShape(0, seqs, context_tokens, context_tokens + seqs))
 
 
 def linear_ops(
