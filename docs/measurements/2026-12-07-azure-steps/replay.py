@@ -1,50 +1,21 @@
 """One-off: replay vLLM's logged steps through the fitted step model, by regime."""
 
-import json
 import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-import yaml
-
-from burstguard.core.engine.perf_model import BatchShape, FittedModel
+from steplog import MACHINE_FIT, decodes, fitted, legs, shape, steps
 
 run = Path(sys.argv[1])
-prof_path = (
-    Path(sys.argv[2])
-    if len(sys.argv) > 2 and sys.argv[2].endswith(".yaml")
-    else Path.home() / ".cache/burstguard/profiles/smollm2-135m-cpu.yaml"
-)
-f = yaml.safe_load(prof_path.read_text())["fitted"]
-m = FittedModel(
-    f["c0_s"],
-    f["c_prefill_token_s"],
-    f["c_decode_seq_s"],
-    f["c_context_token_s"],
-    f["c_prefill_seq_s"],
-)
-steps = [x for x in map(json.loads, (run / "steps.jsonl").open()) if "ts" in x]
-marks = [line.rstrip("\n").split("\t") for line in (run / "marks.txt").open()]
-legs = []
-for i in range(0, len(marks), 2):
-    legs.append((marks[i][0], float(marks[i][1]), float(marks[i + 1][1])))
+given = len(sys.argv) > 2 and sys.argv[2].endswith(".yaml")
+m = fitted(Path(sys.argv[2]) if given else MACHINE_FIT)
+logged = steps(run)
+run_legs = legs(run)
 
 
-def shape(s):
-    pre = dec = ctx = pseq = 0
-    for n, c, p, o, *_ in s["r"]:
-        ctx += c
-        if n == 1 and o > 0 and c == p + o - 1:
-            dec += 1
-        else:
-            pre += n
-            pseq += c == 0
-    return BatchShape(pre, dec, ctx, 0, pseq)
-
-
-for name, a, b in legs:
-    ss = [s for s in steps if a <= s["ts"] <= b]
+for name, a, b in run_legs:
+    ss = [s for s in logged if a <= s["ts"] <= b]
     rows = []
     for i, s in enumerate(ss):
         own = s["dur"] if "dur" in s else s["t1"] - s["ts"]
@@ -95,13 +66,13 @@ for name, a, b in legs:
         )
 
 if "-v" in sys.argv:
-    name, a, b = legs[0]
-    ss = [s for s in steps if a <= s["ts"] <= b]
+    name, a, b = run_legs[0]
+    ss = [s for s in logged if a <= s["ts"] <= b]
     t00 = ss[0]["ts"]
     for s in ss:
         sh = shape(s)
         own = s["dur"] if "dur" in s else s["t1"] - s["ts"]
-        pre = [n for n, c, p, o, *_ in s["r"] if not (n == 1 and o > 0 and c == p + o - 1)]
+        pre = [r[0] for r in s["r"] if not decodes(r)]
         print(
             f"{s['ts'] - t00:7.2f} dec {sh.decode_seqs:2d} ctx {sh.context_tokens:5d} "
             f"prefill {pre} meas {own * 1e3:7.1f} pred {m.step_time(sh) * 1e3:7.1f} "

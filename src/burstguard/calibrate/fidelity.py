@@ -95,11 +95,10 @@ def compare_legs(
     workload meet the same machine) and pairs up their percentiles."""
     real_legs: Legs = {}
     emulated_legs: Legs = {}
-    for name, args in workloads.items():
-        one = {name: args}
-        real_legs |= run_legs(real, workdir, "real", duration_s=duration_s, workloads=one)
-        emulated_legs |= run_legs(emulated, workdir, "emulated", duration_s=duration_s,
-                                  speedup=emulator_speedup, workloads=one)  # fmt: skip
+    for i, (name, args) in enumerate(workloads.items()):
+        real_legs[name] = _bench(real, workdir / f"{i}-real", args, duration_s, 1.0)
+        emulated_legs[name] = _bench(emulated, workdir / f"{i}-emulated", args, duration_s,
+                                     emulator_speedup)  # fmt: skip
     return pair_up([real_legs], emulated_legs)
 
 
