@@ -51,9 +51,7 @@ class RetryingClients:
             else RetryBudget(ratio=retry.budget_ratio, clock=lambda: self._now / time_scale)
         )
         self._first: dict[str, str] = {}  # a retry's id -> its request's (first try's) id
-        self._tries: dict[str, int] = {}  # a request's id -> retries sent so far
-        self._last: dict[str, str] = {}  # a retried request's id -> its last try's id
-        self._attempts: dict[str, list[dict[str, Any]]] = {}
+        self._attempts: dict[str, list[dict[str, Any]]] = {}  # a request's failed tries
         self._ended: set[str] = set()  # tries answered (each decided once)
         self.pending = 0  # retries decided, not yet sent
         self.sent = 0  # retries sent
@@ -77,7 +75,7 @@ class RetryingClients:
         self._ended.add(rid)
         self._now = now
         first = self.first(rid)
-        n = self._tries.get(first, 0)
+        n = len(self._attempts.get(first, ()))  # retries so far
         if rec.status == 200:  # an error event in a started stream: bench's kind
             status, error = None, "stream_broken"
         else:
@@ -96,10 +94,8 @@ class RetryingClients:
             "sent_s": rec.scheduled_s, "status": rec.status, "error": error,  # bench's kind
             "retry_after_s": rec.retry_after_s, "delay_s": delay, "retry_s": now + delay,
         })  # fmt: skip
-        self._tries[first] = n + 1
         retry_id = f"{first}{TRY_SEPARATOR}{n + 1}"
         self._first[retry_id] = first
-        self._last[first] = retry_id
         self.pending += 1
         return retry_id, delay
 
@@ -110,12 +106,11 @@ class RetryingClients:
     def record(self, rid: str, records: dict[str, RequestRecord]) -> RequestRecord:
         """Request `rid`'s one record: its last try's answer, timed from its first try."""
         rec = records[rid]
-        last = self._last.get(rid)
-        if last is None:
+        attempts = self._attempts.get(rid)
+        if attempts is None:
             return rec
-        final = records[last]
+        final = records[f"{rid}{TRY_SEPARATOR}{len(attempts)}"]  # its last try
         shift = final.scheduled_s - rec.scheduled_s
-        attempts = self._attempts[rid]
         told = [a["retry_after_s"] for a in attempts if a["retry_after_s"] is not None]
 
         def later(t: float | None) -> float | None:
@@ -124,7 +119,7 @@ class RetryingClients:
         return replace(
             final, id=rid, scheduled_s=rec.scheduled_s, sent_s=rec.sent_s,
             ttft_s=later(final.ttft_s), e2e_s=later(final.e2e_s), queue_s=later(final.queue_s),
-            retries=self._tries[rid], attempts=attempts,
+            retries=len(attempts), attempts=attempts,
             retry_after_s=final.retry_after_s if final.retry_after_s is not None
             else (told[-1] if told else None),
         )  # fmt: skip
