@@ -10,6 +10,7 @@ import pytest
 from tests.conftest import AZURE_CODE, BURSTGUARD, MOONCAKE_CONV
 
 from burstguard.errors import BurstguardError
+from burstguard.workload.spec import RequestSpec, Workload
 from burstguard.workload.traces import load_workload
 from burstguard.workload.transform import merge, scale_rate, scale_tokens, slice_window
 
@@ -77,3 +78,19 @@ def test_infinite_or_nan_speed_and_scales_are_refused(traces_dir: object) -> Non
             scale_tokens(w, prompt=bad)
         with pytest.raises(BurstguardError, match="finite numbers"):
             scale_tokens(w, output=bad)
+
+
+def test_rows_read_every_column_as_the_workload_does() -> None:
+    """`Workload.rows()` (a simulation's reader) gives the same specs as `spec(i)`, every
+    optional column set, and plain Python values."""
+    specs = [
+        RequestSpec("a", 0.5, 10, 3, "interactive", "t1", (1, 2), True, "s", 0, (), 0.0),
+        RequestSpec("b", 1.5, 20, 4, "batch", "t2", (1,), False, "s", 1, ("a",), 2.5),
+    ]
+    workload = Workload.from_specs(specs)
+    rows = workload.rows()
+    assert [rows.spec(i) for i in range(len(rows))] == specs == list(workload.specs())
+    assert type(rows.spec(1).arrival_s) is float and type(rows.spec(1).turn) is int
+    bare = Workload(np.array([0.0, 1.0]), np.array([5, 6]), np.array([7, 8]))
+    assert [bare.rows().spec(i) for i in range(2)] == list(bare.specs())
+    assert bare.rows().request_id(1) == bare.request_id(1) == "r1"

@@ -172,6 +172,7 @@ class _GatewaySim:
         if epp:
             gateway = epp_config(gateway)[0]
         self.workload = workload
+        self.rows = workload.rows()  # read request by request
         self.config = gateway
         self.heap = EventHeap()
         self.fleet = Fleet(gateway.fleet)
@@ -235,7 +236,7 @@ class _GatewaySim:
             None if retry is None else RetryingClients(retry, gateway.engine_speedup, seed)
         )
         self.index = (
-            {workload.request_id(i): i for i in range(len(workload))}
+            {self.rows.request_id(i): i for i in range(len(workload))}
             if self.deps or self.clients
             else {}
         )
@@ -252,7 +253,7 @@ class _GatewaySim:
     # -- clients -----------------------------------------------------------------------
 
     def arrive(self, i: int, now: float) -> None:
-        spec = self.workload.spec(i)
+        spec = self.rows.spec(i)
         if spec.after:  # released by its predecessors: scheduled when sent
             spec = replace(spec, arrival_s=now)
         if self.clients is not None:
@@ -264,7 +265,7 @@ class _GatewaySim:
         gateway, of the same content."""
         assert self.clients is not None
         self.clients.on_retry_sent()
-        spec = self.workload.spec(self.index[first])
+        spec = self.rows.spec(self.index[first])
         self.send(replace(spec, id=retry_id, arrival_s=now), now)
 
     def send(self, spec: RequestSpec, now: float) -> None:
@@ -583,7 +584,7 @@ class _GatewaySim:
     # -- the run -----------------------------------------------------------------------
 
     def run(self, progress: Callable[[float], None] | None = None) -> GatewaySimResult:
-        arrivals = self.workload.arrival_s.tolist()
+        arrivals = self.rows.arrival_s
         if self.deps is None and bool(np.all(np.diff(self.workload.arrival_s) >= 0)):
             self._arrivals = arrivals  # sorted: each arrival puts the next on the heap
             if arrivals:
@@ -594,7 +595,7 @@ class _GatewaySim:
         end = self.heap.run(progress)
         n = len(arrivals)
         book = self.book.records
-        ids = [self.workload.request_id(k) for k in range(n)]
+        ids = [self.rows.request_id(k) for k in range(n)]
         clients = self.clients
         records = (
             [book[rid] for rid in ids]

@@ -322,7 +322,8 @@ def simulate(
     deps = Dependencies.of(workload)
     if deps is None:
         sim = DirectSim(config, profile, workload.prefix_block_tokens, fast_forward)
-        sim.send([workload.spec(i) for i in range(len(workload))])
+        rows = workload.rows()
+        sim.send([rows.spec(i) for i in range(len(rows))])
         return sim.run(progress)
     sessions = SessionClient(workload, deps)
     sim = DirectSim(config, profile, workload.prefix_block_tokens, fast_forward, sessions.ended)
