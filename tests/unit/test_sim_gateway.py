@@ -149,7 +149,6 @@ def test_the_gc_is_off_while_the_heap_runs_and_as_it_was_after() -> None:
     assert seen == [False, False]
 
 
-
 def test_what_a_run_leaves_alive_is_not_walked_by_the_young_collections() -> None:
     """What a run made and kept goes to the oldest generation, unscanned: the young
     collection after a day's run walked millions of records (`EventHeap.run`)."""
@@ -174,6 +173,7 @@ def test_a_process_that_froze_objects_keeps_them_frozen() -> None:
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
+
 
 def test_the_same_run_gives_the_same_decisions() -> None:
     workload = burst_workload(burst=300)
