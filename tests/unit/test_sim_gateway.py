@@ -175,6 +175,26 @@ def test_a_process_that_froze_objects_keeps_them_frozen() -> None:
         gc.unfreeze()
 
 
+def test_a_finished_simulation_goes_with_its_last_reference() -> None:
+    """Its per-request tables are freed when the run returns, not left in the oldest
+    generation for a full collection that a `tune` worker may not reach for many runs:
+    nothing holds the simulation in a cycle once it is over (`ReplicaSet.detach`)."""
+    from burstguard.core.scaling import load_policy
+
+    def books() -> int:
+        return sum(type(o).__name__ == "RecordBook" for o in gc.get_objects())
+
+    gc.collect()
+    gc.disable()
+    try:
+        kpa = load_policy("kpa").with_overrides(max_replicas=4)
+        simulate_gateway(burst_workload(burst=60), ENGINE, H100, GatewayConfig(), 1, scaling=kpa)
+        simulate(burst_workload(burst=60), ENGINE, H100)
+        assert books() == 0
+    finally:
+        gc.enable()
+
+
 def test_the_same_run_gives_the_same_decisions() -> None:
     workload = burst_workload(burst=300)
     config = GatewayConfig.load(EXAMPLE)

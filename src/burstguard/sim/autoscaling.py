@@ -48,6 +48,14 @@ AUTOSCALE = 4  # tie rank: after a step's end (0), arrivals (1), the scrape (2) 
 SAMPLE_S = 1.0
 
 
+def _no_signals() -> Signals:
+    return {}
+
+
+def _inactive() -> bool:
+    return False
+
+
 class ScalingDriver:
     """Runs `policy` over `replicas` from `initial` ready ones; stops when `active()` is
     false (the workload is over and everything has finished)."""
@@ -91,6 +99,12 @@ class ScalingDriver:
         if not self._sampling:
             self._sampling = True
             self.heap.at(math.floor(now / SAMPLE_S) * SAMPLE_S + SAMPLE_S, AUTOSCALE, self._sample)
+
+    def detach(self) -> None:
+        """The run is over: drops the callbacks into the simulation that owns this driver
+        (a reference cycle; `ReplicaSet.detach`). It schedules nothing after."""
+        self._signals = _no_signals
+        self._active = _inactive
 
     def _fire(self, now: float) -> None:
         if now != self._due:

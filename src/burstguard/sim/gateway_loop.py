@@ -605,7 +605,7 @@ class _GatewaySim:
         where = self.where
         if clients is not None:  # a request's last try's replica
             where = {clients.first(rid): url for rid, url in self.where.items()}
-        return GatewaySimResult(
+        result = GatewaySimResult(
             records=records,
             preemptions=self.replicas.preemptions,
             steps=self.replicas.steps,
@@ -620,6 +620,10 @@ class _GatewaySim:
             scaling=None if self.scaler is None else self.scaler.summary(end),
             quota_refused=self.quota_refused,
         )
+        self.replicas.detach()
+        if self.scaler is not None:
+            self.scaler.detach()
+        return result
 
 
 def simulate_gateway(

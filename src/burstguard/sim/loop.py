@@ -297,7 +297,7 @@ class DirectSim:
     def run(self, progress: Callable[[float], None] | None = None) -> SimResult:
         """Runs every arrival sent so far, and those they cause, to the end."""
         end = self.heap.run(progress)
-        return SimResult(
+        result = SimResult(
             records=[self.book.records[rid] for rid in self.order],
             preemptions=self.replicas.preemptions,
             steps=self.replicas.steps,
@@ -305,6 +305,8 @@ class DirectSim:
             series=self.recorder.series(end),
             prefix_cache=self.replicas.prefix_cache,
         )
+        self.replicas.detach()
+        return result
 
 
 def simulate(

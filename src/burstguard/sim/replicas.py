@@ -63,6 +63,10 @@ OnRun = Callable[[str, DecodeRun, float], None]
 OnDrained = Callable[[float], None]
 
 
+def _ignore_step(replica: str, result: StepResult, now: float) -> None:
+    """A detached set's step handler (`ReplicaSet.detach`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class FastForward:
     """How far a replica plans a run of decode steps ahead (see the module doc)."""
@@ -276,6 +280,14 @@ class ReplicaSet:
             for r in self._replicas.values()
             if r.health is Health.UP  # what a failed one holds, the gateway counts in flight
         )
+
+    def detach(self) -> None:
+        """The run is over: drops the handlers into the simulation that owns this set. They
+        held the two in a reference cycle, and what a run leaves alive is in the oldest GC
+        generation (`EventHeap.run`): the simulation's per-request tables would wait for a
+        full collection instead of going with it (a `tune` worker runs one after another)."""
+        self._on_step = _ignore_step
+        self._on_run = None
 
     @property
     def preemptions(self) -> int:
