@@ -76,3 +76,14 @@ def test_cli_replicas_needs_a_gateway_and_prints_the_shares(tmp_path: Path) -> N
     assert "routed: backend-0" in res.stdout and "http://" not in res.stdout
     routed = json.loads(out.read_text())["gateway"]["routed"]
     assert sorted(routed) == [f"backend-{i}" for i in range(3)]
+
+
+def test_a_large_fleet_routed_line_names_the_busiest_and_sums_the_rest() -> None:
+    from burstguard.sim.cli import routed_line
+
+    small = {"backend-0": 3, "backend-1": 1}
+    assert routed_line(small) == "backend-0 3 (75.0%), backend-1 1 (25.0%)"
+    fleet = {f"backend-{i}": i for i in range(20)}
+    line = routed_line(fleet)
+    assert line.startswith("backend-19 19 (10.0%), backend-18 18")
+    assert line.endswith("12 more replicas 66 (34.7%)") and "backend-11" not in line

@@ -449,8 +449,25 @@ def _report(setup: _Setup, result: SimResult, duration: float, extra: dict[str, 
         print(class_table(summary))
         routed = summary["gateway"]["routed"] or {}
         if len(routed) > 1:
-            total = sum(routed.values())
-            print("routed: " + ", ".join(f"{u} {n} ({n / total:.1%})" for u, n in routed.items()))
+            print("routed: " + routed_line(routed))
+
+
+ROUTED_SHOWN = 8  # an autoscaled fleet names every replica it ever started
+
+
+def routed_line(routed: dict[str, int]) -> str:
+    """Requests per replica in fleet order; past `ROUTED_SHOWN`, the busiest named and the
+    rest summed."""
+    total = sum(routed.values()) or 1
+    ranked = list(routed.items())
+    if len(ranked) > ROUTED_SHOWN:
+        ranked.sort(key=lambda kv: -kv[1])
+    shown = [f"{u} {n} ({n / total:.1%})" for u, n in ranked[:ROUTED_SHOWN]]
+    rest = ranked[ROUTED_SHOWN:]
+    if rest:
+        n = sum(c for _, c in rest)
+        shown.append(f"{len(rest)} more replicas {n} ({n / total:.1%})")
+    return ", ".join(shown)
 
 
 def _scenario(
