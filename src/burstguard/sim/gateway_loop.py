@@ -318,7 +318,10 @@ class _GatewaySim:
     def _release(self, rid: str, now: float) -> None:
         """`rid` ended (answered, refused, abandoned): its client sends it again
         (`sim.client_retries`), or what waited for it is sent (`Dependencies.ended`),
-        once per request."""
+        once per request. What only a dispatch reads goes: the tables hold the requests
+        under way, not a day's millions."""
+        self.max_tokens.pop(rid, None)
+        self.prefix.pop(rid, None)
         if self.clients is not None:
             again = self.clients.retry(rid, self.book.records[rid], now)
             if again is not None:
