@@ -1,13 +1,43 @@
-"""What the replay scripts share: the fit a run is replayed through, a run's logged steps
-(`sitecustomize.py`'s steps.jsonl) and the legs marked in its marks.txt."""
+"""What the scripts share: the step-logged vLLM-CPU server the run scripts start and the
+legs they mark in its marks.txt; for the replay scripts, the fit a run is replayed
+through, a run's logged steps (`sitecustomize.py`'s steps.jsonl) and its legs."""
 
 import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from burstguard.core.engine.perf_model import BatchShape, PerfModel
 from burstguard.core.engine.profile import Profile
+from burstguard.engines import vllm_cpu
+from burstguard.procs import ManagedProcess
 
 MACHINE_FIT = Path.home() / ".cache/burstguard/profiles/smollm2-135m-cpu.yaml"
+
+
+def logged_server(out: Path) -> ManagedProcess:
+    """vLLM-CPU with the fidelity legs' settings, its steps logged to OUT/steps.jsonl
+    (`sitecustomize.py`, which its processes load through PYTHONPATH)."""
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ["STEPLOG_PATH"] = str(out / "steps.jsonl")
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH")])
+    )
+    return vllm_cpu.server(
+        startup_timeout_s=400.0, max_num_seqs=32, max_model_len=2048, log_path=out / "vllm.log"
+    )
+
+
+@contextmanager
+def leg(out: Path, name: str) -> Iterator[None]:
+    """Marks a leg in OUT/marks.txt: a name line as it starts, an end line after (`legs`)."""
+    with (out / "marks.txt").open("a") as marks:
+        marks.write(f"{name}\t{time.time()}\n")
+    yield
+    with (out / "marks.txt").open("a") as marks:
+        marks.write(f"end\t{time.time()}\n")
 
 
 def fitted(path: Path = MACHINE_FIT) -> PerfModel:

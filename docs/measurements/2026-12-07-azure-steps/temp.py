@@ -3,21 +3,16 @@ server's default sampling (no temperature: what `burstguard bench` sends), step-
 
 import asyncio
 import json
-import os
 import sys
-import time
 from pathlib import Path
+
+from steplog import leg, logged_server
 
 from burstguard.bench.stream import new_client
 from burstguard.calibrate import probe
 from burstguard.engines import vllm_cpu
 
 out = Path(sys.argv[1])
-out.mkdir(parents=True, exist_ok=True)
-os.environ["STEPLOG_PATH"] = str(out / "steps.jsonl")
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    filter(None, [str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH")])
-)
 real_dumps = json.dumps
 MODE = ["greedy"]
 
@@ -39,13 +34,10 @@ async def main(base):
         for mode in ("greedy", "default"):
             MODE[0] = mode
             for b in (1, 4, 8, 16):
-                (out / "marks.txt").open("a").write(f"{mode} B={b} rep {rep}\t{time.time()}\n")
-                await asyncio.gather(*(probe._one(client, t, 16, 48) for _ in range(b)))
-                (out / "marks.txt").open("a").write(f"end\t{time.time()}\n")
+                with leg(out, f"{mode} B={b} rep {rep}"):
+                    await asyncio.gather(*(probe._one(client, t, 16, 48) for _ in range(b)))
     client.close()
 
 
-with vllm_cpu.server(
-    startup_timeout_s=400.0, max_num_seqs=32, max_model_len=2048, log_path=out / "vllm.log"
-) as s:
+with logged_server(out) as s:
     asyncio.run(main(s.base_url))
